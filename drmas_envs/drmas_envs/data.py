@@ -1,0 +1,70 @@
+"""Reading datasets: JSONL files (optionally gzipped) with errors that name the file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+DATA_DIR_ENV = "DRMAS_DATA_DIR"
+"""Environment variable naming a local directory searched for known dataset names."""
+
+
+class DataError(ValueError):
+    """A dataset file or item is malformed; the message names the file and line."""
+
+
+def _open(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
+    """Yield the objects of a JSONL (or JSONL.gz) file, checking that `required` fields exist.
+
+    Raises:
+        DataError: a line is not a JSON object or lacks a required field ("file:line: why").
+        FileNotFoundError: the path does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    with _open(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(item, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(item).__name__}")
+            missing = [f for f in required if f not in item]
+            if missing:
+                raise DataError(f"{path}:{lineno}: missing field(s) {missing}")
+            yield item
+
+
+def read_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """All objects of a JSONL file; see `iter_jsonl`."""
+    return list(iter_jsonl(path, required))
+
+
+def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Local directories searched for known dataset names: the argument, then $DRMAS_DATA_DIR."""
+    dirs = [Path(data_dir)] if data_dir else []
+    if os.environ.get(DATA_DIR_ENV):
+        dirs.append(Path(os.environ[DATA_DIR_ENV]))
+    return dirs
+
+
+def find_local(candidates: Sequence[str], data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The first existing file among `candidates` (relative names) in the local data directories."""
+    for root in data_dirs(data_dir):
+        for rel in candidates:
+            p = root / rel
+            if p.is_file():
+                return p
+    return None

@@ -1,0 +1,173 @@
+"""`WorkflowEnv`: any `Workflow` as a PettingZoo AEC environment.
+
+One agent acts at a time (the workflow's turn order). Rewards are given once, at the end:
+the team reward minus `format_penalty[agent]` for each malformed call of that agent. The final
+`infos` of every agent hold the score's facts, calls per agent, and the ordered list of calls
+with their validity, which is what a trainer needs to give each call its own reward.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+
+from drmas_envs.spaces import AnyText, action_space, observation_space
+from drmas_envs.workflow import PromptTemplate, Workflow
+
+Observation = dict[str, Any]
+
+
+class WorkflowEnv(AECEnv):
+    """A multi-agent text workflow over a list of tasks.
+
+    Args:
+        workflow: the `Workflow` subclass, or a factory `(task, prompts=...) -> Workflow`.
+        tasks: the dataset items; `reset(seed=s)` shuffles their order deterministically by `s`.
+        roles: the agent names (defaults to `workflow.roles`).
+        format_penalty: subtracted from an agent's reward per malformed call; one number or a
+            mapping from agent name to number.
+        prompts: per-role `PromptTemplate` overrides.
+        max_text_length: the longest action or observation text the spaces admit.
+        name: the env name in `metadata`.
+        render_mode: None or "ansi" (`render()` returns the transcript as text).
+    """
+
+    metadata = {"name": "drmas_workflow_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+
+    def __init__(
+        self,
+        workflow: type[Workflow] | Callable[..., Workflow],
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        roles: Sequence[str] | None = None,
+        format_penalty: float | Mapping[str, float] = 0.0,
+        prompts: Mapping[str, PromptTemplate] | None = None,
+        max_text_length: int = 1_000_000,
+        name: str | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        if not tasks:
+            raise ValueError("WorkflowEnv needs at least one task")
+        self._factory = workflow
+        self.tasks = list(tasks)
+        self.possible_agents = list(roles if roles is not None else workflow.roles)
+        self.format_penalty = self._per_agent(format_penalty)
+        self.prompts = dict(prompts or {})
+        self.max_calls = int(getattr(workflow, "max_calls", 16))
+        self.max_text_length = max_text_length
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self.render_mode = render_mode
+        if name:
+            self.metadata = {**self.metadata, "name": name}
+        self._order = np.arange(len(self.tasks))
+        self._cursor = 0
+        self.workflow: Workflow | None = None
+
+    def _per_agent(self, value: float | Mapping[str, float]) -> dict[str, float]:
+        if isinstance(value, Mapping):
+            unknown = set(value) - set(self.possible_agents)
+            if unknown:
+                raise ValueError(
+                    f"format_penalty names unknown agents {sorted(unknown)}; agents: {self.possible_agents}"
+                )
+            return {a: float(value.get(a, 0.0)) for a in self.possible_agents}
+        return {a: float(value) for a in self.possible_agents}
+
+    # -- spaces ------------------------------------------------------------------------------
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - one space object per agent, as the API test expects
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return observation_space(self.max_calls, self.max_text_length)
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019
+    def action_space(self, agent: str) -> AnyText:
+        return action_space(self.max_text_length)
+
+    # -- task order ----------------------------------------------------------------------------
+    def task_order(self, seed: int) -> list[int]:
+        """The order in which `reset(seed=seed)` and the resets after it visit the tasks."""
+        return np.random.default_rng(seed).permutation(len(self.tasks)).tolist()
+
+    def _next_task(self, seed: int | None, options: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "task" in options:
+            return options["task"]
+        if "task_index" in options:
+            return self.tasks[int(options["task_index"])]
+        if seed is not None:
+            self._order = np.asarray(self.task_order(seed))
+            self._cursor = 0
+        task = self.tasks[int(self._order[self._cursor % len(self._order)])]
+        self._cursor += 1
+        return task
+
+    # -- AEC API -------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        """Start an episode on the next task; `options` may pin it with `task_index` or `task`."""
+        task = self._next_task(seed, options or {})
+        self.workflow = self._factory(task, prompts=self.prompts)
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self.agent_selection = self.workflow.first_role()
+
+    def observe(self, agent: str) -> Observation:
+        system, user = self.workflow.messages(agent)
+        return {"role": agent, "system": system, "user": user, "turn": min(len(self.workflow.history), self.max_calls)}
+
+    def step(self, action: str | None) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        text = action if isinstance(action, str) else ("" if action is None else str(action))
+        self.workflow.record(agent, text)
+        next_role = self.workflow.transition(agent, self.workflow.history[-1].parsed)
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        if next_role is None:
+            self._finish(truncated=False)
+        elif len(self.workflow.history) >= self.max_calls:
+            self._finish(truncated=True)
+        else:
+            self.agent_selection = next_role
+        self._accumulate_rewards()
+
+    def _finish(self, *, truncated: bool) -> None:
+        score = self.workflow.score()
+        history = self.workflow.history
+        calls = [{"agent": c.role, "valid": c.parsed.valid, "error": c.parsed.error} for c in history]
+        n_calls = {a: sum(c.role == a for c in history) for a in self.agents}
+        n_bad = {a: sum(c.role == a and not c.parsed.valid for c in history) for a in self.agents}
+        summary = {
+            **score.info,
+            "team_reward": float(score.reward),
+            "calls": calls,
+            "calls_per_agent": n_calls,
+            "malformed_per_agent": n_bad,
+            "truncated": truncated,
+            "source": self.workflow.task.get("source", "default"),
+        }
+        for a in self.agents:
+            self.rewards[a] = float(score.reward) - self.format_penalty[a] * n_bad[a]
+            self.infos[a] = {**summary, "format_penalty": self.format_penalty[a] * n_bad[a]}
+            self.terminations[a] = not truncated
+            self.truncations[a] = truncated
+        self.agent_selection = self.agents[0]
+
+    def render(self) -> str | None:
+        if self.render_mode is None or self.workflow is None:
+            return None
+        lines = [f"[{c.role}]{'' if c.parsed.valid else ' (malformed)'} {c.text}" for c in self.workflow.history]
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self.workflow = None

@@ -1,0 +1,61 @@
+"""The policy-engine seam: generate a batch of token-id prompts; take new weights.
+
+The rollout talks to every engine (transformers, vLLM, an OpenAI-compatible server) through this
+interface only, so a backend slots in without touching rollout or learner.
+
+Conventions every backend keeps:
+- Prompts are token ids (the rollout applies the model's chat template once); responses come
+  back as the exact sampled ids, so training sees the ids that were sampled (no decode/re-encode).
+- `logprobs[i]` is the log-probability of `response_ids[i]` under the model's raw distribution
+  (temperature 1, no top-p), the quantity the learner recomputes for the PPO ratio.
+- `temperature == 0` means greedy decoding.
+- The end-of-sequence token, when sampled, is kept as the last response id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one call; per agent in the config."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+
+@dataclass
+class Generation:
+    """One sampled response."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str = "stop"  # "stop" (EOS) or "length" (max_new_tokens reached)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A policy engine for one model (and its per-agent LoRA adapters, if any)."""
+
+    tokenizer: Any
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Sequence[SamplingParams],
+        *,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt; `sampling[i]` and `adapters[i]` apply to prompt i."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Make the engine generate with these weights from now on (no restart)."""
+        ...
