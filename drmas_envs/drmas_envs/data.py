@@ -27,6 +27,7 @@ def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterato
     Raises:
         DataError: a line is not a JSON object or lacks a required field ("file:line: why").
         FileNotFoundError: the path does not exist.
+
     """
     path = Path(path)
     if not path.is_file():

@@ -35,6 +35,7 @@ class WorkflowEnv(AECEnv):
         max_text_length: the longest action or observation text the spaces admit.
         name: the env name in `metadata`.
         render_mode: None or "ansi" (`render()` returns the transcript as text).
+
     """
 
     metadata = {"name": "drmas_workflow_v0", "render_modes": ["ansi"], "is_parallelizable": False}
@@ -81,11 +82,11 @@ class WorkflowEnv(AECEnv):
         return {a: float(value) for a in self.possible_agents}
 
     # -- spaces ------------------------------------------------------------------------------
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one space object per agent, as the API test expects
+    @functools.cache  # noqa: B019 - one space object per agent, as the API test expects
     def observation_space(self, agent: str) -> spaces.Dict:
         return observation_space(self.max_calls, self.max_text_length)
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019
+    @functools.cache  # noqa: B019
     def action_space(self, agent: str) -> AnyText:
         return action_space(self.max_text_length)
 

@@ -53,6 +53,7 @@ def evaluate(
 
     Returns:
         {"avg@k", "pass@k", "n_problems", "by_source": {source: {...}}}; rates are in [0, 1].
+
     """
     if k < 1:
         raise ValueError("k must be at least 1")

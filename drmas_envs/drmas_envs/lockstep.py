@@ -50,6 +50,7 @@ def run_lockstep(envs: Sequence[AECEnv], act: Act) -> list[EpisodeResult]:
 
     Returns:
         One `EpisodeResult` per env, in order.
+
     """
     results = [EpisodeResult() for _ in envs]
     active = list(range(len(envs)))

@@ -53,6 +53,7 @@ def register(env_id: str, entry_point: str | Callable[..., AECEnv], *, descripti
         entry_point: a callable returning an AEC env, or a "module:attribute" string naming one.
         description: one line for `list_envs(verbose=True)` and the CLI.
         **kwargs: default keyword arguments; `make` overrides them.
+
     """
     spec = EnvSpec(env_id, entry_point, dict(kwargs), description)
     _REGISTRY[env_id] = spec
@@ -68,6 +69,7 @@ def make(env_id: str, **kwargs: Any) -> AECEnv:
 
     Raises:
         KeyError: the id is unknown; the message lists the known ids.
+
     """
     name = _canonical(env_id)
     if name not in _REGISTRY:

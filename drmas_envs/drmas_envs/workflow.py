@@ -42,6 +42,7 @@ class Parsed:
         valid: whether the output followed the role's format; a malformed call is penalised.
         value: what the call said (a verdict, an answer, a query), or None.
         error: why the output is malformed, for trajectory logs.
+
     """
 
     valid: bool
@@ -75,6 +76,7 @@ class Workflow(ABC):
     Args:
         task: one dataset item (for example `{"problem": ..., "answer": ...}`).
         prompts: per-role template overrides; roles not named keep `default_prompts`.
+
     """
 
     roles: ClassVar[tuple[str, ...]] = ()

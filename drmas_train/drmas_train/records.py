@@ -23,6 +23,7 @@ class CallRecord:
         advantage: filled by the estimator.
         adapter: the LoRA adapter the call ran with, if any.
         text: the decoded response, for trajectory logs.
+
     """
 
     group_id: int
