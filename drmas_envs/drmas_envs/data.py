@@ -29,6 +29,12 @@ def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterato
         FileNotFoundError: the path does not exist.
 
     """
+    for _, item in iter_jsonl_numbered(path, required):
+        yield item
+
+
+def iter_jsonl_numbered(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Like `iter_jsonl`, yielding (line number, object), so callers can name the line in their own checks."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
@@ -45,7 +51,7 @@ def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterato
             missing = [f for f in required if f not in item]
             if missing:
                 raise DataError(f"{path}:{lineno}: missing field(s) {missing}")
-            yield item
+            yield lineno, item
 
 
 def read_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> list[dict[str, Any]]:

@@ -14,6 +14,11 @@ from pettingzoo import AECEnv
 Act = Callable[[str, list[int], list[dict[str, Any]]], list[str]]
 """`act(agent, env_indices, observations) -> actions`, one action per listed env."""
 
+ActRound = Callable[[dict[str, list[int]], dict[str, list[dict[str, Any]]]], dict[str, list[str]]]
+"""`act_round(pending, observations) -> actions`: every agent's pending envs of one round at once
+(`pending[agent]` lists env indices, `observations[agent]` and the returned `actions[agent]` follow it),
+so a policy can batch calls across agents, e.g. all agents that share one model."""
+
 
 @dataclass
 class EpisodeResult:
@@ -41,17 +46,22 @@ def _drain(env: AECEnv, result: EpisodeResult) -> bool:
     return True
 
 
-def run_lockstep(envs: Sequence[AECEnv], act: Act) -> list[EpisodeResult]:
+def run_lockstep(
+    envs: Sequence[AECEnv], act: Act | None = None, *, act_round: ActRound | None = None
+) -> list[EpisodeResult]:
     """Run every (already reset) env to the end, batching the pending calls by agent.
 
     Args:
         envs: envs after `reset`.
         act: called once per agent per round with every env waiting on that agent.
+        act_round: instead of `act`, called once per round with every agent's pending envs.
 
     Returns:
         One `EpisodeResult` per env, in order.
 
     """
+    if (act is None) == (act_round is None):
+        raise ValueError("pass exactly one of act and act_round")
     results = [EpisodeResult() for _ in envs]
     active = list(range(len(envs)))
     while active:
@@ -62,8 +72,13 @@ def run_lockstep(envs: Sequence[AECEnv], act: Act) -> list[EpisodeResult]:
                 continue
             still.append(i)
             pending.setdefault(envs[i].agent_selection, []).append(i)
+        observations = {agent: [envs[i].observe(agent) for i in idx] for agent, idx in pending.items()}
+        if act_round is not None:
+            answers = act_round(pending, observations) if pending else {}
+        else:
+            answers = {agent: act(agent, idx, observations[agent]) for agent, idx in pending.items()}
         for agent, idx in pending.items():
-            actions = act(agent, idx, [envs[i].observe(agent) for i in idx])
+            actions = answers.get(agent, [])
             if len(actions) != len(idx):
                 raise ValueError(f"policy returned {len(actions)} actions for {len(idx)} observations of {agent!r}")
             for i, action in zip(idx, actions):

@@ -1,0 +1,106 @@
+"""Run the same seeds and data with several estimators, then report stability per model.
+
+    .venv/bin/python benchmarks/stability/run.py --name controlled --preset smoke --steps 20 \\
+        --estimators grpo,drmas,pooled,rloo --seeds 0,1 [--set key=value ...]
+
+Every (estimator, seed) pair is one `drmas-train` run into `<runs-dir>/<name>/<estimator>-s<seed>`,
+one after another (the models of a run are updated one after another too). A run whose
+metrics.jsonl already has `--steps` rows is not rerun, so an interrupted benchmark continues
+where it stopped; `--report-only` just rebuilds the report. The report (README.md with tables,
+PNG plots) goes to `benchmarks/results/stability/<name>/`. Extra trainer settings go through
+`--set section.field=value`, exactly as for `drmas-train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import write_report  # noqa: E402
+
+from drmas_train.stability import read_jsonl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ESTIMATORS = ("grpo", "drmas", "pooled", "rloo")
+
+
+def train_command(args: argparse.Namespace, estimator: str, seed: int, run_dir: Path) -> list[str]:
+    """The `drmas-train` command line of one run."""
+    cmd = [sys.executable, "-m", "drmas_train"]
+    if args.preset:
+        cmd += ["--preset", args.preset]
+    if args.env:
+        cmd += ["--env", args.env]
+    cmd += ["--estimator", estimator, "--seed", str(seed), "--steps", str(args.steps), "--run-dir", str(run_dir)]
+    for item in args.set:
+        cmd += ["--set", item]
+    return cmd
+
+
+def is_complete(run_dir: Path, steps: int) -> bool:
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.is_file() and len(read_jsonl(metrics)) >= steps
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--name", required=True, help="benchmark name: runs/<name>, results/stability/<name>")
+    p.add_argument("--preset", default=None, help="drmas-train preset (default: the trainer's cpu preset)")
+    p.add_argument("--env", default=None, help="env id, e.g. math-2agent")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--estimators", default=",".join(ESTIMATORS))
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any trainer config field")
+    p.add_argument("--runs-dir", default=str(ROOT / "runs" / "stability"))
+    p.add_argument("--out", default=None, help="default: benchmarks/results/stability/<name>")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    args = p.parse_args(argv)
+    args.estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    unknown = set(args.estimators) - set(ESTIMATORS)
+    if unknown:
+        p.error(f"unknown estimators {sorted(unknown)}; choose from {ESTIMATORS}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    runs_root = Path(args.runs_dir) / args.name
+    run_dirs = []
+    for estimator in args.estimators:
+        for seed in args.seeds:
+            run_dir = runs_root / f"{estimator}-s{seed}"
+            run_dirs.append(run_dir)
+            cmd = train_command(args, estimator, seed, run_dir)
+            if args.dry_run:
+                print(shlex.join(cmd))
+                continue
+            if args.report_only or is_complete(run_dir, args.steps):
+                continue
+            run_dir.mkdir(parents=True, exist_ok=True)
+            print(f"running {estimator} seed {seed} -> {run_dir}", flush=True)
+            with (run_dir / "train.log").open("w") as log:
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+            if rc != 0:
+                print(f"  failed (exit {rc}); see {run_dir / 'train.log'}", flush=True)
+    if args.dry_run:
+        return 0
+    done = [d for d in run_dirs if (d / "metrics.jsonl").is_file() and read_jsonl(d / "metrics.jsonl")]
+    if not done:
+        print("no finished runs to report on")
+        return 1
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
+    command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    readme = write_report(done, out, title=f"Stability: {args.name}", command=command)
+    print(f"report: {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""`math_env`: the math task family as PettingZoo AEC envs (`math-1agent`, `math-2agent`).
+
+    env = drmas_envs.make("math-2agent")                          # generated problems, levels 1-3
+    env = drmas_envs.make("math-2agent", dataset="math500", data_dir="../shared/data")
+    env = drmas_envs.make("math-1agent", dataset="my_problems.jsonl", format_penalty=0.0)
+
+See `drmas_envs.math.workflow` for the turn order and format rules and docs/math.md for the guide.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drmas_envs.env import WorkflowEnv
+from drmas_envs.math.answers import VERDICTS
+from drmas_envs.math.datasets import load_tasks
+from drmas_envs.math.generated import generate
+from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
+from drmas_envs.math.workflow import MathWorkflowFactory
+from drmas_envs.workflow import PromptTemplate
+
+
+@dataclass
+class MathEnvConfig:
+    """Every option of the math envs; `make("math-2agent", **options)` sets them."""
+
+    n_agents: int = 2
+    """1: the Solver alone (`math-1agent`); 2: Solver and Verifier (`math-2agent`)."""
+    dataset: str | None = None
+    """A JSONL path (fields problem, answer, optional id, source), a known name (math500, aime24, aime25,
+    amc23, minerva, olympiadbench, gsm8k, math_train, dapo, ...), or None for the generated problems."""
+    split: str | None = None
+    """The split of a known or generated dataset ("train"/"test"); None: the dataset's default
+    ("train" for the generated set)."""
+    data_dir: str | os.PathLike | None = None
+    """A local directory searched for known names before $DRMAS_DATA_DIR and the Hugging Face hub."""
+    level: int | tuple[int, ...] = (1, 2, 3)
+    """Generated set only: difficulty levels 1-5; level 1 is single-digit + and - (see `generated`)."""
+    n_per_level: int = 1000
+    """Generated set only: problems per level."""
+    gen_seed: int = 0
+    """Generated set only: which problems are generated (the order per episode comes from `reset(seed)`)."""
+    max_loops: int = 2
+    """Most Solver attempts (2 = Solver, Verifier, Solver, as in the paper); `math-1agent` ignores it."""
+    missing_verdict: str = "approve"
+    """What a missing or malformed verdict counts as ("approve", as in the paper's code, or "reject");
+    the call is malformed and penalised either way."""
+    format_penalty: float | Mapping[str, float] = 0.1
+    """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
+    max_context_chars: int = 4000
+    """Each earlier output shown in a prompt is clipped to this many characters (head and tail kept)."""
+    prompts: Mapping[str, PromptTemplate | Mapping[str, str]] | None = None
+    """Per-role prompt overrides: PromptTemplate or {"system": ..., "user": ...}."""
+    grader: Callable[[str | None, str], bool] | None = None
+    """Grades (answer, reference); None: the shared math-verify `Grader` (or one with `grade_timeout_s`)."""
+    grade_timeout_s: float | None = None
+    """Hard time bound per grading check; None uses the shared grader's (5 s)."""
+    max_text_length: int = 1_000_000
+    """The longest action or observation text the spaces admit."""
+    render_mode: str | None = None
+    """None or "ansi"."""
+
+    def __post_init__(self) -> None:
+        if self.n_agents not in (1, 2):
+            raise ValueError(f"n_agents must be 1 or 2, got {self.n_agents}")
+        if self.max_loops < 1:
+            raise ValueError(f"max_loops must be at least 1, got {self.max_loops}")
+        if self.missing_verdict not in VERDICTS:
+            raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {self.missing_verdict!r}")
+        if self.max_context_chars < 0:
+            raise ValueError("max_context_chars must be >= 0 (0: no clipping)")
+
+
+def _templates(prompts: Mapping[str, Any] | None) -> dict[str, PromptTemplate]:
+    out = {}
+    for role, tpl in (prompts or {}).items():
+        if isinstance(tpl, PromptTemplate):
+            out[role] = tpl
+        elif isinstance(tpl, Mapping) and set(tpl) == {"system", "user"}:
+            out[role] = PromptTemplate(str(tpl["system"]), str(tpl["user"]))
+        else:
+            raise TypeError(f"prompts[{role!r}] must be a PromptTemplate or a {{'system', 'user'}} mapping")
+    return out
+
+
+def _tasks(cfg: MathEnvConfig) -> tuple[dict[str, Any], ...]:
+    if cfg.dataset is None:
+        return generate(cfg.level, cfg.n_per_level, cfg.gen_seed, cfg.split or "train")
+    return load_tasks(str(cfg.dataset), cfg.split, cfg.data_dir)
+
+
+def _grader(cfg: MathEnvConfig) -> Callable[[str | None, str], bool]:
+    if cfg.grader is not None:
+        return cfg.grader
+    return default_grader(cfg.grade_timeout_s or DEFAULT_TIMEOUT_S)
+
+
+def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
+    """Build a math env; keyword arguments are the fields of `MathEnvConfig`.
+
+    Raises:
+        TypeError: an unknown option (the message names it).
+        ValueError: a bad option value or an unknown dataset name.
+
+    """
+    cfg = MathEnvConfig(n_agents=n_agents, **kwargs)
+    prompts = _templates(cfg.prompts)
+    factory = MathWorkflowFactory(
+        n_agents=cfg.n_agents,
+        grade=_grader(cfg),
+        max_loops=cfg.max_loops,
+        missing_verdict=cfg.missing_verdict,
+        max_context_chars=cfg.max_context_chars,
+    )
+    unknown = set(prompts) - set(factory.roles)
+    if unknown:
+        raise ValueError(f"prompts name unknown roles {sorted(unknown)}; roles: {list(factory.roles)}")
+    return WorkflowEnv(
+        factory,
+        _tasks(cfg),
+        roles=factory.roles,
+        format_penalty=cfg.format_penalty,
+        prompts=prompts,
+        max_text_length=cfg.max_text_length,
+        name=f"drmas_math_{cfg.n_agents}agent_v0",
+        render_mode=cfg.render_mode,
+    )

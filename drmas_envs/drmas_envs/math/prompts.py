@@ -1,0 +1,44 @@
+r"""Prompt text of the math envs, kept apart from the logic.
+
+Override per role with `make("math-2agent", prompts={"verifier": PromptTemplate(system, user)})`
+(or plain dicts {"system": ..., "user": ...}). User templates are `str.format` templates over:
+
+- `{problem}`: the problem text;
+- `{history}`: the team's earlier outputs, oldest first, each clipped to `max_context_chars`
+  (rendered with `HISTORY_HEADER` and `HISTORY_ENTRY` below; "" on the first call);
+- `{latest_solution}`: the Solver's latest output, clipped ("" before the first);
+- `{attempt}`: the number of this Solver call (1, 2, ...); `{max_loops}`: the loop budget.
+
+Write a literal brace in a user template twice (`\boxed{{}}` shows as `\boxed{}`); values are inserted
+verbatim, never parsed as templates.
+"""
+
+from __future__ import annotations
+
+from drmas_envs.workflow import PromptTemplate
+
+SOLVER = PromptTemplate(
+    system=(
+        "You are the Solver in a math team. Solve the problem step by step. "
+        "Put your final answer, and nothing else, in \\boxed{} at the end, e.g. \\boxed{42}."
+    ),
+    user="Problem:\n{problem}\n\n{history}Solve the problem. End with your final answer in \\boxed{{}}.",
+)
+
+VERIFIER = PromptTemplate(
+    system=(
+        "You are the Verifier in a math team. Check the Solver's latest solution step by step. "
+        "End with exactly one verdict: <verify>approve</verify> if the final answer is correct, "
+        "or <verify>reject</verify> if it is wrong, with a short reason before it."
+    ),
+    user=(
+        "Problem:\n{problem}\n\n{history}Review the Solver's latest solution. "
+        "End with <verify>approve</verify> or <verify>reject</verify>."
+    ),
+)
+
+DEFAULT_PROMPTS = {"solver": SOLVER, "verifier": VERIFIER}
+
+HISTORY_HEADER = "Your team's work so far:\n\n"
+HISTORY_ENTRY = "[{label}]\n{text}\n\n"
+ROLE_LABELS = {"solver": "Solver, attempt {n}", "verifier": "Verifier, review {n}"}

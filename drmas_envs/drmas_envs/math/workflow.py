@@ -1,0 +1,143 @@
+r"""The math workflows: a Solver alone, and the Solver-Verifier loop of the paper.
+
+Turn order of `math-2agent`, with `max_loops = L` (default 2):
+
+    Solver -> Verifier -> (reject) Solver -> Verifier -> ... -> (reject) Solver
+
+A *loop* is one Solver attempt. Every attempt except the L-th is reviewed by the Verifier; an
+approval ends the episode, a rejection starts the next attempt. The L-th attempt is final and
+not reviewed (a review could no longer change anything). So an episode makes at most L Solver
+calls and L - 1 Verifier calls: with L = 2, Solver, Verifier, Solver, as in the paper. With L = 1
+the Verifier never acts.
+
+Format rules (a malformed call costs its agent `format_penalty`, the episode goes on):
+
+- Solver: well-formed iff its output has a closed `\boxed{...}` holding an answer (an empty box,
+  `\boxed{\ldots}`, `\boxed{answer}` or `\boxed{?}` is malformed). The graded answer is the last
+  box of the *last* Solver call; if that call is malformed the episode grades wrong.
+- Verifier: well-formed iff its last `<verify>...</verify>` tag says approve or reject and no tag
+  disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
+  the paper's code; "reject" asks for another attempt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drmas_envs.math import prompts as P
+from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict
+from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
+
+Grade = Callable[[str | None, str], bool]
+
+
+class MathSolo(Workflow):
+    """One Solver call per episode: the single-agent baseline (`math-1agent`)."""
+
+    roles = ("solver",)
+    default_prompts = P.DEFAULT_PROMPTS
+    max_calls = 1
+
+    def __init__(
+        self,
+        task: Mapping[str, Any],
+        *,
+        prompts: Mapping[str, PromptTemplate] | None = None,
+        grade: Grade,
+        max_loops: int = 1,
+        missing_verdict: str = "approve",
+        max_context_chars: int = 4000,
+    ):
+        super().__init__(task, prompts=prompts)
+        self.grade = grade
+        self.max_loops = max_loops
+        self.missing_verdict = missing_verdict
+        self.max_context_chars = max_context_chars
+
+    def first_role(self) -> str:
+        return "solver"
+
+    def parse(self, role: str, text: str) -> Parsed:
+        if role == "solver":
+            answer, error = extract_answer(text)
+            return Parsed(answer is not None, answer, error)
+        verdict, error = extract_verdict(text)
+        return Parsed(verdict is not None, verdict if verdict is not None else self.missing_verdict, error)
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        return None
+
+    def context(self, role: str) -> dict[str, Any]:
+        solver_calls = self.calls_of("solver")
+        history = ""
+        if self.history:
+            counts: dict[str, int] = {}
+            parts = [P.HISTORY_HEADER]
+            for call in self.history:
+                counts[call.role] = counts.get(call.role, 0) + 1
+                label = P.ROLE_LABELS.get(call.role, call.role).format(n=counts[call.role])
+                parts.append(P.HISTORY_ENTRY.format(label=label, text=clip_middle(call.text, self.max_context_chars)))
+            history = "".join(parts)
+        return {
+            "problem": self.task["problem"],
+            "history": history,
+            "latest_solution": clip_middle(solver_calls[-1].text, self.max_context_chars) if solver_calls else "",
+            "attempt": len(solver_calls) + (role == "solver"),
+            "max_loops": self.max_loops,
+        }
+
+    def score(self) -> Score:
+        solver_calls = self.calls_of("solver")
+        answer = solver_calls[-1].parsed.value if solver_calls else None
+        reference = str(self.task["answer"])
+        correct = bool(self.grade(answer, reference)) if answer is not None else False
+        verdicts = [c.parsed.value for c in self.calls_of("verifier")]
+        info = {"correct": correct, "answer": answer, "reference": reference, "verdicts": verdicts}
+        return Score(float(correct), info)
+
+
+class MathTeam(MathSolo):
+    """Solver -> Verifier -> (on reject) Solver ..., up to `max_loops` Solver attempts (`math-2agent`)."""
+
+    roles = ("solver", "verifier")
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        if role == "solver":
+            return "verifier" if len(self.calls_of("solver")) < self.max_loops else None
+        return None if parsed.value == "approve" else "solver"
+
+
+@dataclass(frozen=True)
+class MathWorkflowFactory:
+    """Builds one math workflow per episode with fixed settings; what `WorkflowEnv` calls on reset."""
+
+    n_agents: int
+    grade: Grade
+    max_loops: int = 2
+    missing_verdict: str = "approve"
+    max_context_chars: int = 4000
+
+    @property
+    def workflow_class(self) -> type[MathSolo]:
+        return MathTeam if self.n_agents == 2 else MathSolo
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return self.workflow_class.roles
+
+    @property
+    def max_calls(self) -> int:
+        """The most calls an episode can make: L Solver and L - 1 Verifier calls."""
+        return 2 * self.max_loops - 1 if self.n_agents == 2 else 1
+
+    def __call__(self, task: Mapping[str, Any], *, prompts: Mapping[str, PromptTemplate] | None = None) -> MathSolo:
+        return self.workflow_class(
+            task,
+            prompts=prompts,
+            grade=self.grade,
+            max_loops=self.max_loops if self.n_agents == 2 else 1,
+            missing_verdict=self.missing_verdict,
+            max_context_chars=self.max_context_chars,
+        )

@@ -1,0 +1,143 @@
+"""`search_env`: the search-1agent / 2agent / 3agent environments.
+
+    env = drmas_envs.make("search-3agent")                       # the generated world, BM25
+    env = drmas_envs.make("search-3agent", dataset="nq", corpus="wiki.jsonl.gz", retriever="dense")
+    env = drmas_envs.make("search-2agent", dataset="q.jsonl", retriever="http://127.0.0.1:8000")
+
+Rewards: exact match (SQuAD-normalised, against any gold answer) to every agent at the end, minus
+`format_penalty` per malformed call of that agent. See docs/search.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from drmas_envs.env import WorkflowEnv
+from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
+from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
+from drmas_envs.search.workflows import OneAgentSearch, SearchWorkflow, ThreeAgentSearch, TwoAgentSearch
+from drmas_envs.search.world import generate_world
+from drmas_envs.workflow import PromptTemplate
+
+WORKFLOWS: dict[int, type[SearchWorkflow]] = {1: OneAgentSearch, 2: TwoAgentSearch, 3: ThreeAgentSearch}
+
+
+@dataclass
+class SearchConfig:
+    """Options of the search envs (all keyword arguments of `make`)."""
+
+    dataset: str | None = None
+    """None: the generated world; a JSONL path; or a known name (nq, triviaqa, popqa, hotpotqa, ..., bamboogle)."""
+    split: str | None = None
+    """World: "train" (default), "test" or "all"; known names: the file's split (default: the paper's eval split)."""
+    data_dir: str | None = None
+    """Local data directory for known names (then $DRMAS_DATA_DIR, then the Hugging Face hub)."""
+    corpus: str | None = None
+    """A JSONL(.gz) corpus; default: the world's own, or the data directory's Wikipedia passages for known names."""
+    retriever: str = "bm25"
+    """"bm25" (in-process), "dense" (sentence-transformers, needs drmas-envs[dense]) or a service URL."""
+    encoder: str = "minilm"
+    """Dense encoder: "minilm" (offline copy if installed), "e5" (intfloat/e5-base-v2, as in the paper), a path."""
+    index_dir: str | None = None
+    """Where the corpus index is built and loaded; default: a cache folder keyed by the corpus file."""
+    topk: int = 3
+    """Passages per search (the paper uses 3)."""
+    max_steps: int = 4
+    """Step budget; a step ends in a search or the answer, so at most max_steps - 1 searches (the paper: 4)."""
+    history_steps: int = 3
+    """How many of the most recent searches every prompt shows."""
+    format_penalty: float | Mapping[str, float] = 0.01
+    """Subtracted from an agent's reward per malformed call (the paper uses 0.01 for search)."""
+    malformed_verdict: str = "no"
+    """What a malformed Verifier verdict counts as: "no" (search again) or "yes" (answer now)."""
+    max_query_chars: int = 512
+    """Queries and answers are clipped to this many characters."""
+    timeout: float = 30.0
+    """Seconds per request to a retrieval service."""
+    prompts: Mapping[str, PromptTemplate | Mapping[str, str]] = field(default_factory=dict)
+    """Per-role prompt overrides: a PromptTemplate or {"system": ..., "user": ...}."""
+    render_mode: str | None = None
+    """None or "ansi"."""
+
+    def __post_init__(self) -> None:
+        if self.malformed_verdict not in ("yes", "no"):
+            raise ValueError(f"malformed_verdict must be 'yes' or 'no', not {self.malformed_verdict!r}")
+        if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0:
+            raise ValueError("max_steps and topk must be at least 1, history_steps at least 0")
+
+
+@functools.lru_cache(maxsize=4)
+def _world_retriever(kind: str, encoder: str) -> Retriever:
+    return build_in_memory(list(generate_world().passages), kind, encoder=encoder)
+
+
+def resolve_retriever(cfg: SearchConfig) -> Retriever:
+    """The (cached) retriever the config asks for."""
+    if cfg.retriever.startswith(("http://", "https://")):
+        return get_retriever(cfg.retriever, timeout=cfg.timeout)
+    corpus = cfg.corpus
+    if corpus is None and cfg.dataset in WORLD_NAMES:
+        return _world_retriever(cfg.retriever, cfg.encoder)
+    if corpus is None:
+        found = default_corpus(cfg.data_dir)
+        if found is None:
+            raise ValueError(
+                f"dataset {cfg.dataset!r} needs a corpus: pass corpus=FILE.jsonl(.gz), a data_dir holding "
+                "corpus/wiki_passages.jsonl.gz, or retriever='http://host:port'"
+            )
+        corpus = str(found)
+    return get_retriever(cfg.retriever, str(corpus), index_dir=cfg.index_dir, encoder=cfg.encoder)
+
+
+def _templates(overrides: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, PromptTemplate]:
+    unknown = set(overrides) - set(roles)
+    if unknown:
+        raise ValueError(f"prompts for unknown roles {sorted(unknown)}; roles: {list(roles)}")
+    return {r: t if isinstance(t, PromptTemplate) else PromptTemplate(**t) for r, t in overrides.items()}
+
+
+class _Factory:
+    """Builds one workflow per episode with the env's retriever and settings."""
+
+    def __init__(self, cls: type[SearchWorkflow], **kwargs: Any):
+        self.cls, self.kwargs = cls, kwargs
+        self.roles = cls.roles
+        self.max_calls = 2 * kwargs["max_steps"] + 1  # 3 agents: a verdict and a search per step, then an answer
+
+    def __call__(self, task: Mapping[str, Any], prompts: Mapping[str, PromptTemplate] | None = None) -> SearchWorkflow:
+        return self.cls(task, prompts=prompts, **self.kwargs)
+
+
+def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
+    """A search env with 1, 2 or 3 agents; `kwargs` are the fields of `SearchConfig`."""
+    if n_agents not in WORKFLOWS:
+        raise ValueError(f"n_agents must be 1, 2 or 3, not {n_agents}")
+    valid = {f.name for f in dataclasses.fields(SearchConfig)}
+    unknown = set(kwargs) - valid
+    if unknown:
+        raise TypeError(f"unknown search env option(s) {sorted(unknown)}; options: {sorted(valid)}")
+    cfg = SearchConfig(**kwargs)
+    cls = WORKFLOWS[n_agents]
+    tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir)
+    factory = _Factory(
+        cls,
+        retriever=resolve_retriever(cfg),
+        topk=cfg.topk,
+        max_steps=cfg.max_steps,
+        history_steps=cfg.history_steps,
+        max_query_chars=cfg.max_query_chars,
+        malformed_verdict=cfg.malformed_verdict,
+    )
+    return WorkflowEnv(
+        factory,
+        tasks,
+        roles=cls.roles,
+        format_penalty=cfg.format_penalty,
+        prompts=_templates(cfg.prompts, cls.roles),
+        name=f"drmas_search_{n_agents}agent_v0",
+        render_mode=cfg.render_mode,
+    )

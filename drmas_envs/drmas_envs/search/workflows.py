@@ -1,0 +1,237 @@
+"""The search workflows: one, two and three agents around a retriever.
+
+Step budget (`max_steps`, default 4). A *step* ends with a search or with the answer, so an
+episode has at most `max_steps - 1` searches and always reaches the Answer role:
+
+- 3 agents: each step the Verifier says yes (-> Answer) or no (-> Search, then the next step).
+  In the last step the Verifier is not asked: the Answer agent is forced to answer.
+- 2 agents: each step the Search agent writes `<search>` (retrieve, next step) or `<done>` (hand
+  over to the Answer agent). In the last step the Answer agent is forced to answer.
+- 1 agent: each call is a `<search>` or an `<answer>`; the episode ends at the first answer or
+  after `max_steps` calls. A search in the last call is malformed (no searches left).
+
+Malformed calls are penalised by the env (`format_penalty`) and never crash:
+a malformed verdict counts as `malformed_verdict` ("no" by default: keep searching); a malformed
+search call uses up its step with nothing retrieved; a malformed answer means no answer (EM 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from drmas_envs.search import parsing, prompts
+from drmas_envs.search.metrics import contains_answer, exact_match, f1_score
+from drmas_envs.search.retrievers.base import Passage, Retriever
+from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One search: the query (None if the call was malformed) and the passages it returned."""
+
+    query: str | None
+    passages: tuple[Passage, ...] = ()
+
+
+def render_information(passages: tuple[Passage, ...]) -> str:
+    r"""`<information>Doc 1(Title: T) text\nDoc 2(...)...</information>`, as Search-R1 shows results."""
+    if not passages:
+        return f"<information>{prompts.NO_RESULTS}</information>"
+    docs = "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, start=1))
+    return f"<information>{docs}</information>"
+
+
+class SearchWorkflow(Workflow):
+    """Shared state and scoring of the search workflows.
+
+    Args:
+        task: a question item (`question`, `golden_answers`).
+        prompts: per-role template overrides.
+        retriever: answers `search([query], topk)`.
+        topk: passages per search.
+        max_steps: the step budget (see the module docstring).
+        history_steps: how many of the most recent searches every prompt shows.
+        max_query_chars: longer queries and answers are clipped.
+        malformed_verdict: what a malformed Verifier verdict counts as, "no" or "yes".
+
+    """
+
+    roles: ClassVar[tuple[str, ...]] = ()
+    step_role: ClassVar[str] = "answer"
+    """The role that opens each step."""
+
+    def __init__(
+        self,
+        task: Mapping[str, Any],
+        *,
+        prompts: Mapping[str, PromptTemplate] | None = None,
+        retriever: Retriever,
+        topk: int = 3,
+        max_steps: int = 4,
+        history_steps: int = 3,
+        max_query_chars: int = 512,
+        malformed_verdict: str = "no",
+    ):
+        super().__init__(task, prompts=prompts)
+        self.retriever = retriever
+        self.topk, self.max_steps, self.history_steps = topk, max_steps, history_steps
+        self.max_query_chars = max_query_chars
+        self.malformed_verdict = malformed_verdict
+        self.searches: list[SearchStep] = []
+        self.answer: str | None = None
+        self.forced_answer = False
+
+    # -- helpers -----------------------------------------------------------------------------
+    @property
+    def searches_left(self) -> int:
+        return max(0, self.max_steps - 1 - len(self.searches))
+
+    def do_search(self, query: str | None) -> None:
+        """Record one search step; a None query retrieves nothing."""
+        passages = tuple(self.retriever.search([query], self.topk)[0]) if query else ()
+        self.searches.append(SearchStep(query, passages))
+
+    def render_history(self) -> str:
+        """The last `history_steps` searches with their results."""
+        if not self.searches:
+            return prompts.NO_HISTORY
+        first = max(0, len(self.searches) - self.history_steps)
+        blocks = []
+        for i, step in enumerate(self.searches[first:], start=first + 1):
+            query = f"<search>{step.query}</search>" if step.query else prompts.NO_QUERY
+            info = render_information(step.passages) if step.query else ""
+            blocks.append(f"Step {i}: {query}\n{info}".rstrip())
+        return "\n\n".join(blocks)
+
+    def context(self, role: str) -> dict[str, Any]:
+        return {
+            "question": self.task["question"],
+            "history": self.render_history(),
+            "n_searches": len(self.searches),
+            "searches_left": self.searches_left,
+            "step": len(self.searches) + 1,
+            "max_steps": self.max_steps,
+        }
+
+    def take_answer(self, parsed: Parsed) -> None:
+        if parsed.valid and parsed.value and parsed.value[0] == "answer":
+            self.answer = parsed.value[1]
+
+    def score(self) -> Score:
+        golds = [str(g) for g in self.task["golden_answers"]]
+        retrieved = [p for s in self.searches for p in s.passages]
+        em = exact_match(self.answer, golds)
+        return Score(
+            em,
+            {
+                "em": em,
+                "f1": f1_score(self.answer, golds),
+                "answer": self.answer,
+                "n_searches": sum(s.query is not None for s in self.searches),
+                "answer_in_passages": any(contains_answer(f"{p.title} {p.text}", golds) for p in retrieved),
+                "golden_answers": golds,
+                "forced_answer": self.forced_answer,
+                "queries": [s.query for s in self.searches],
+            },
+        )
+
+    def parse_answer_role(self, text: str) -> Parsed:
+        found = parsing.first_action(text, ("answer",))
+        if found is None:
+            return Parsed(False, None, "no <answer>...</answer> tag")
+        return parsing.parse_answer(found[1], self.max_query_chars)
+
+    def _after_search(self) -> str:
+        """The role after a search step: the next step's first role, or the forced Answer."""
+        if self.searches_left == 0:
+            self.forced_answer = True
+            return "answer"
+        return self.step_role
+
+    def first_role(self) -> str:
+        if self.max_steps <= 1:
+            self.forced_answer = True
+            return "answer"
+        return self.step_role
+
+
+class ThreeAgentSearch(SearchWorkflow):
+    """Verifier -> Search or Answer each step (the paper's search team)."""
+
+    roles = ("verifier", "search", "answer")
+    default_prompts = prompts.THREE_AGENT
+    step_role = "verifier"
+
+    def parse(self, role: str, text: str) -> Parsed:
+        if role == "verifier":
+            return parsing.parse_verdict(text)
+        if role == "search":
+            return parsing.parse_action(text, ("search",), self.max_query_chars)
+        return self.parse_answer_role(text)
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        if role == "verifier":
+            verdict = parsed.value if parsed.valid else self.malformed_verdict
+            return "answer" if verdict == "yes" else "search"
+        if role == "search":
+            self.do_search(parsed.value[1] if parsed.valid else None)
+            return self._after_search()
+        self.take_answer(parsed)
+        return None
+
+
+class TwoAgentSearch(SearchWorkflow):
+    """Search (`<search>` or `<done>` hand-over) -> Answer."""
+
+    roles = ("search", "answer")
+    default_prompts = prompts.TWO_AGENT
+    step_role = "search"
+
+    def parse(self, role: str, text: str) -> Parsed:
+        if role == "search":
+            return parsing.parse_action(text, ("search", "done"), self.max_query_chars)
+        return self.parse_answer_role(text)
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        if role == "search":
+            if parsed.valid and parsed.value[0] == "done":
+                return "answer"
+            self.do_search(parsed.value[1] if parsed.valid else None)
+            return self._after_search()
+        self.take_answer(parsed)
+        return None
+
+
+class OneAgentSearch(SearchWorkflow):
+    """One agent searches (`<search>`) until it answers (`<answer>`), Search-R1 style."""
+
+    roles = ("searcher",)
+    default_prompts = prompts.ONE_AGENT
+    step_role = "searcher"
+
+    @property
+    def searches_left(self) -> int:
+        return max(0, self.max_steps - 1 - len(self.history))
+
+    def parse(self, role: str, text: str) -> Parsed:
+        parsed = parsing.parse_action(text, ("search", "answer"), self.max_query_chars)
+        if parsed.valid and parsed.value[0] == "search" and self.searches_left == 0:
+            return Parsed(False, ("search", None), "no searches left: the last call must answer")
+        return parsed
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        if parsed.valid and parsed.value[0] == "answer":
+            self.take_answer(parsed)
+            return None
+        if len(self.history) >= self.max_steps:
+            return None
+        if parsed.valid:
+            self.do_search(parsed.value[1])
+        else:
+            self.searches.append(SearchStep(None))
+        return "searcher"
+
+    def first_role(self) -> str:
+        return "searcher"

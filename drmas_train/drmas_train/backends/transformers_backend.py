@@ -1,0 +1,186 @@
+"""The transformers policy backend: batched sampling with a KV cache, on CPU or GPU.
+
+One backend serves one model (and, with LoRA, every agent's adapter on it). A batch may mix
+sampling settings and adapters: temperature and top-p are applied per row, and peft's mixed-adapter
+forward (`adapter_names=`) runs each row with its own adapter. Prompts are left-padded; position
+ids are computed from the attention mask so padding does not shift positions.
+
+Log-probs are those of the raw distribution (temperature 1, no top-p), read from the same logits
+that were sampled from, which is what the learner recomputes for the PPO ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from drmas_train.backends.base import Generation, SamplingParams
+
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
+
+
+def eos_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    ids.update([extra] if isinstance(extra, int) else (extra or []))
+    return ids
+
+
+def _filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask the tail of each row's distribution beyond cumulative probability `top_p[row]`."""
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    # Drop a token when the mass before it already reaches top_p (the top token always stays).
+    drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p[:, None]
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return (token ids, their log-probs under the raw distribution)."""
+    logits = logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    greedy = logits.argmax(-1)
+    scaled = logits / temperature.clamp_min(1e-5)[:, None]
+    scaled = _filter_top_p(scaled, top_p)
+    probs = scaled.softmax(-1)
+    sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    tokens = torch.where(temperature <= 0, greedy, sampled)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TransformersBackend:
+    """A `Backend` over a Hugging Face causal LM (optionally a peft model with several adapters).
+
+    Args:
+        model: the module to generate with; the trainer may share it with the learner.
+        tokenizer: its tokenizer (decodes responses; gives EOS and pad ids).
+        max_batch_size: the largest batch run at once (bounds activation and KV memory).
+
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.eos = eos_ids(tokenizer, model)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Sequence[SamplingParams],
+        *,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt, `max_batch_size` prompts at a time."""
+        if len(sampling) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling settings")
+        adapters = list(adapters) if adapters is not None else [None] * len(prompts)
+        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            stop = start + self.max_batch_size
+            out += self._generate_batch(prompts[start:stop], sampling[start:stop], adapters[start:stop], generator)
+        return out
+
+    def _forward_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        if not hasattr(self.model, "peft_config"):
+            if any(a is not None for a in adapters):
+                raise ValueError("adapters were requested but the model has no LoRA adapters")
+            return {}
+        return {"adapter_names": [a if a is not None else BASE_ADAPTER for a in adapters]}
+
+    @torch.no_grad()
+    def _generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Sequence[SamplingParams],
+        adapters: Sequence[str | None],
+        generator: torch.Generator | None,
+    ) -> list[Generation]:
+        dev, n = self.device, len(prompts)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt")
+        width = max(len(p) for p in prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((n, width), dtype=torch.long, device=dev)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        temperature = torch.tensor([s.temperature for s in sampling], dtype=torch.float32, device=dev)
+        top_p = torch.tensor([s.top_p for s in sampling], dtype=torch.float32, device=dev)
+        limits = [s.max_new_tokens for s in sampling]
+        kwargs = self._forward_kwargs(adapters)
+        was_training = self.model.training
+        self.model.eval()
+        responses: list[list[int]] = [[] for _ in range(n)]
+        logps: list[list[float]] = [[] for _ in range(n)]
+        done = [lim <= 0 for lim in limits]
+        finish = ["length"] * n
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        step_ids, past = ids, None
+        try:
+            for _ in range(max(limits, default=0)):
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=past,
+                    use_cache=True,
+                    **kwargs,
+                )
+                past = out.past_key_values
+                tokens, token_logps = sample_next(out.logits[:, -1, :], temperature, top_p, generator)
+                tok_list, lp_list = tokens.tolist(), token_logps.tolist()
+                for i in range(n):
+                    if done[i]:
+                        continue
+                    responses[i].append(tok_list[i])
+                    logps[i].append(lp_list[i])
+                    if tok_list[i] in self.eos:
+                        done[i], finish[i] = True, "stop"
+                    elif len(responses[i]) >= limits[i]:
+                        done[i] = True
+                if all(done):
+                    break
+                # Finished rows keep decoding padding (masked out) so the batch stays rectangular.
+                step_ids = torch.where(torch.tensor(done, device=dev), self.pad_id, tokens)[:, None]
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
+                positions = positions[:, -1:] + 1
+        finally:
+            self.model.train(was_training)
+        return [
+            Generation(
+                prompt_ids=list(p),
+                response_ids=r,
+                logprobs=lp,
+                text=self.tokenizer.decode(r, skip_special_tokens=True),
+                finish_reason=f,
+            )
+            for p, r, lp, f in zip(prompts, responses, logps, finish)
+        ]
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Copy tensors into the model by name; tensors that already are the model's own are skipped."""
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        for name, tensor in named_tensors:
+            if name not in params:
+                raise KeyError(f"load_weights: the model has no parameter {name!r}")
+            target = params[name]
+            if target.data_ptr() != tensor.data_ptr():
+                target.copy_(tensor.to(target.device, target.dtype))

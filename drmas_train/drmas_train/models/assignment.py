@@ -1,0 +1,167 @@
+"""Agent-to-model assignment: which trainable weights, tokenizer and engine serve each agent.
+
+A `Policy` is one set of trainable weights with its own optimizer (one learner): a whole model, or
+one agent's LoRA adapter. Four assignments:
+
+- shared: one model, policy "shared", for every agent (agents still get their own advantages);
+- per_agent: a separate copy of the same model per agent, policy named after the agent;
+- heterogeneous: per agent, possibly different architectures and tokenizers (`models.per_agent_names`);
+- lora: one frozen base model with one LoRA adapter per agent; the adapters are the policies (named
+  after their agents). They share one module and one engine, so one batch serves every agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drmas_train.backends.base import Backend
+from drmas_train.models.resolve import resolve_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Policy:
+    """One set of trainable weights and how to generate with it.
+
+    Attributes:
+        name: the policy (model) key: CallRecord.model and the `grad_norm/<name>` metric.
+        module: the torch module trained in place (shared by every LoRA policy).
+        tokenizer: its tokenizer (with a chat template).
+        backend: the engine that generates for it (shared by every LoRA policy).
+        agents: the agents it serves.
+        adapter: the LoRA adapter name, or None for a whole model.
+        path: the folder the weights came from.
+
+    """
+
+    name: str
+    module: torch.nn.Module
+    tokenizer: Any
+    backend: Backend
+    agents: list[str]
+    adapter: str | None = None
+    path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def trainable(self) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        """The (name, parameter) pairs this policy's optimizer owns."""
+        if self.adapter is None:
+            yield from self.module.named_parameters()
+            return
+        for n, p in self.module.named_parameters():
+            if "lora_" in n and f".{self.adapter}." in n:
+                yield n, p
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds for this policy: the whole state dict, or the adapter's tensors."""
+        if self.adapter is None:
+            return self.module.state_dict()
+        return {n: p.detach() for n, p in self.trainable()}
+
+
+def pick_device(device: str) -> torch.device:
+    """The torch device; "auto" means cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_model(name: str, *, dtype: str, device: torch.device) -> tuple[torch.nn.Module, Any, Path]:
+    """Resolve `name` to a folder and load (model, tokenizer, folder)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"model {name!r} ({path}) has no chat template; agents need one")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer, path
+
+
+def make_backend(
+    kind: str, module: torch.nn.Module, tokenizer: Any, path: Path, cfg: Any, *, lora_rank: int | None = None
+) -> Backend:
+    """The generation engine of one module: "transformers" (shares the module) or "vllm".
+
+    `lora_rank` is the largest adapter rank the engine must accept (None: no LoRA).
+    """
+    if kind == "transformers":
+        from drmas_train.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(module, tokenizer, max_batch_size=cfg.max_gen_batch)
+    if kind == "vllm":
+        from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+
+        lora = lora_rank is not None
+        vcfg = VLLMConfig(dtype=cfg.gen_dtype or cfg.dtype, enable_lora=lora, max_lora_rank=max(lora_rank or 0, 8))
+        return VLLMBackend(path, vcfg, tokenizer=tokenizer)
+    raise ValueError(f"unknown backend {kind!r}; choose transformers or vllm")
+
+
+def _add_lora(model: torch.nn.Module, agents: Sequence[str], cfg: Any, ranks: dict[str, int]) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    def lora_config(agent: str) -> LoraConfig:
+        rank = ranks.get(agent, cfg.lora_rank)
+        return LoraConfig(r=rank, lora_alpha=cfg.lora_alpha, target_modules=list(cfg.lora_targets), lora_dropout=0.0)
+
+    peft_model = get_peft_model(model, lora_config(agents[0]), adapter_name=agents[0])
+    for agent in agents[1:]:
+        peft_model.add_adapter(agent, lora_config(agent))
+    return peft_model
+
+
+def build_policies(
+    cfg: Any, agents: Sequence[str], *, seed: int = 0, lora_ranks: dict[str, int] | None = None
+) -> dict[str, Policy]:
+    """Build every policy of the assignment in `cfg` (a `ModelsConfig`) for these agents.
+
+    Args:
+        cfg: the `models` section of the training config.
+        agents: the env's agents, in order.
+        seed: seeds LoRA initialisation.
+        lora_ranks: per-agent LoRA ranks (others get `cfg.lora_rank`).
+
+    Returns:
+        Policies by name; every agent is served by exactly one.
+
+    """
+    device = pick_device(cfg.device)
+    unknown = set(cfg.per_agent_names) - set(agents)
+    if unknown:
+        raise ValueError(f"models.per_agent_names names unknown agents {sorted(unknown)}; agents: {list(agents)}")
+    if cfg.assignment == "shared":
+        model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device)
+        backend = make_backend(cfg.backend, model, tok, path, cfg)
+        return {"shared": Policy("shared", model, tok, backend, list(agents), path=path)}
+    if cfg.assignment in ("per_agent", "heterogeneous"):
+        if cfg.assignment == "heterogeneous" and len({cfg.per_agent_names.get(a, cfg.name) for a in agents}) < 2:
+            log.warning("assignment=heterogeneous but every agent gets the same model; set models.per_agent_names")
+        policies = {}
+        for agent in agents:
+            model, tok, path = load_model(cfg.per_agent_names.get(agent, cfg.name), dtype=cfg.dtype, device=device)
+            backend = make_backend(cfg.backend, model, tok, path, cfg)
+            policies[agent] = Policy(agent, model, tok, backend, [agent], path=path)
+        return policies
+    if cfg.assignment == "lora":
+        model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device)
+        torch.manual_seed(seed)
+        peft_model = _add_lora(model, list(agents), cfg, lora_ranks or {})
+        max_rank = max([cfg.lora_rank, *(lora_ranks or {}).values()])
+        backend = make_backend(cfg.backend, peft_model, tok, path, cfg, lora_rank=max_rank)
+        return {a: Policy(a, peft_model, tok, backend, [a], adapter=a, path=path) for a in agents}
+    raise ValueError(f"unknown assignment {cfg.assignment!r}")
+
+
+def agent_to_policy(policies: dict[str, Policy]) -> dict[str, Policy]:
+    """Map each agent to the policy that serves it."""
+    return {agent: p for p in policies.values() for agent in p.agents}

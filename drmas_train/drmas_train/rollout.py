@@ -1,0 +1,161 @@
+"""Rollout: B tasks x n episodes in lock-step, one generation batch per engine per round.
+
+Each call's prompt is the model's chat template applied once to the observation's [system, user];
+the ids fed to the engine and the ids it sampled are recorded as they are (never re-tokenised),
+so the learner trains on exactly what was sampled, turn by turn. Per-call rewards come from the
+final infos: the team reward, minus the agent's format penalty on a malformed call (the env's
+`info["calls"]` lists the calls in the order they were made, which is the order recorded here).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pettingzoo import AECEnv
+
+from drmas_envs import EpisodeResult, run_lockstep
+from drmas_train.backends.base import SamplingParams
+from drmas_train.models.assignment import Policy
+from drmas_train.records import CallRecord
+
+
+@dataclass
+class RolloutBatch:
+    """What one step's rollout produced."""
+
+    records: list[CallRecord]
+    episodes: list[EpisodeResult]
+    group_of: list[int]  # episode -> prompt group
+    task_of: list[int]  # episode -> task index
+    gen_seconds: float = 0.0
+    rounds: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def chat_prompt(tokenizer: Any, observation: Mapping[str, Any], max_tokens: int) -> list[int]:
+    """Token ids of the observation's [system, user] chat with the generation prompt appended.
+
+    A prompt longer than `max_tokens` keeps its head (the system prompt) and its tail (the latest
+    context and the assistant header) and loses the middle.
+    """
+    messages = [{"role": "system", "content": observation["system"]}, {"role": "user", "content": observation["user"]}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = list(ids)
+    if len(ids) > max_tokens:
+        head = max_tokens // 2
+        ids = ids[:head] + ids[len(ids) - (max_tokens - head) :]
+    return ids
+
+
+def reset_envs(envs: Sequence[AECEnv], tasks: Sequence[int], group_size: int) -> None:
+    """Episode e = b * group_size + j runs task `tasks[b]`."""
+    if len(envs) != len(tasks) * group_size:
+        raise ValueError(f"{len(envs)} envs for {len(tasks)} tasks x {group_size} episodes")
+    for e, env in enumerate(envs):
+        env.reset(options={"task_index": int(tasks[e // group_size])})
+
+
+def rollout(
+    envs: Sequence[AECEnv],
+    tasks: Sequence[int],
+    group_size: int,
+    serving: Mapping[str, Policy],
+    sampling: Mapping[str, SamplingParams],
+    *,
+    seed: int,
+    max_prompt_tokens: int = 2048,
+) -> RolloutBatch:
+    """Run B = len(tasks) groups of `group_size` episodes and record every call.
+
+    Args:
+        envs: B * n envs (reset here).
+        tasks: the task index of each group.
+        group_size: n, the episodes per task.
+        serving: agent -> the policy that serves it.
+        sampling: agent -> its sampling settings.
+        seed: base seed of this rollout's sampling (each round and engine derives its own).
+        max_prompt_tokens: longer prompts lose their middle.
+
+    Returns:
+        The records (rewards filled, advantages not yet) and the episodes' final results.
+
+    """
+    reset_envs(envs, tasks, group_size)
+    per_episode: list[list[CallRecord]] = [[] for _ in envs]
+    state = {"round": 0, "gen": 0.0}
+
+    def act_round(pending: dict[str, list[int]], observations: dict[str, list[dict]]) -> dict[str, list[str]]:
+        # Group this round's calls by engine: agents that share a model (or a LoRA base) share a batch.
+        jobs: dict[int, list[tuple[str, int, int, dict]]] = {}
+        for agent, idx in pending.items():
+            engine = id(serving[agent].backend)
+            for k, (e, obs) in enumerate(zip(idx, observations[agent])):
+                jobs.setdefault(engine, []).append((agent, k, e, obs))
+        answers = {agent: [""] * len(idx) for agent, idx in pending.items()}
+        for n_engine, calls in enumerate(jobs.values()):
+            first = serving[calls[0][0]]
+            prompts = [chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens) for a, _, _, obs in calls]
+            t0 = time.perf_counter()
+            gens = first.backend.generate(
+                prompts,
+                [sampling[a] for a, *_ in calls],
+                adapters=[serving[a].adapter for a, *_ in calls],
+                seed=seed * 1_000_003 + state["round"] * 1009 + n_engine,
+            )
+            state["gen"] += time.perf_counter() - t0
+            for (agent, k, e, obs), gen in zip(calls, gens):
+                policy = serving[agent]
+                record = CallRecord(
+                    group_id=e // group_size,
+                    episode_id=e,
+                    agent=agent,
+                    model=policy.name,
+                    turn=len(per_episode[e]),
+                    prompt_ids=gen.prompt_ids,
+                    response_ids=gen.response_ids,
+                    logprobs=gen.logprobs,
+                    adapter=policy.adapter,
+                    text=gen.text,
+                    extra={"system": obs["system"], "user": obs["user"], "finish": gen.finish_reason},
+                )
+                per_episode[e].append(record)
+                answers[agent][k] = gen.text
+        state["round"] += 1
+        return answers
+
+    episodes = run_lockstep(envs, act_round=act_round)
+    for env, result, records in zip(envs, episodes, per_episode):
+        assign_rewards(records, result, env.unwrapped.format_penalty)
+    return RolloutBatch(
+        records=[r for records in per_episode for r in records],
+        episodes=episodes,
+        group_of=[e // group_size for e in range(len(envs))],
+        task_of=[int(tasks[e // group_size]) for e in range(len(envs))],
+        gen_seconds=state["gen"],
+        rounds=state["round"],
+    )
+
+
+def assign_rewards(records: Sequence[CallRecord], result: EpisodeResult, penalty: Mapping[str, float]) -> None:
+    """Per-call reward: the team reward, minus the agent's format penalty if that call was malformed.
+
+    Raises:
+        RuntimeError: the env's call list does not match the recorded calls (a broken env).
+
+    """
+    info = result.info
+    calls = info.get("calls", [])
+    if [c["agent"] for c in calls] != [r.agent for r in records]:
+        raise RuntimeError(
+            f"episode {records[0].episode_id if records else '?'}: env reports calls "
+            f"{[c['agent'] for c in calls]} but the rollout recorded {[r.agent for r in records]}"
+        )
+    team = float(info.get("team_reward", 0.0))
+    for record, call in zip(records, calls):
+        record.valid = bool(call["valid"])
+        record.reward = team - (0.0 if record.valid else float(penalty.get(record.agent, 0.0)))
+        if call.get("error"):
+            record.extra["error"] = call["error"]

@@ -1,0 +1,274 @@
+"""Agent-wise GRPO (Dr. MAS) for a team of LLM agents: the training loop.
+
+Each step, in order:
+
+1. Data: the next B tasks of a seeded permutation of the env's task list (a new permutation,
+   seed + epoch, each pass); the data position is one integer, saved in checkpoints.
+2. Rollout: B x n episodes run in lock-step; each round the pending calls are grouped by engine,
+   one batch per model (LoRA adapters of one base share a batch). Every call is a sample, recorded
+   with its exact prompt and sampled ids and its sampling log-probs (temperature 1).
+3. Rewards: the team reward of the episode (1 if right, else 0), minus the agent's format penalty
+   on a malformed call (paper: 0.1 math, 0.01 search).
+4. Advantages: `compute_advantages` with the configured estimator: `drmas` (per prompt group and
+   agent, every call a sample: the paper), `grpo` (episode scores per prompt group: the baseline),
+   `pooled` (every call a sample, no agent split: the ablation), `rloo`.
+5. Updates: one PPO step per policy (a model, or an agent's LoRA adapter), one after another, each
+   with its own AdamW and its own grad clip; the pre-clip grad norm of each is logged every step.
+   Only the calls a policy made train it. Defaults follow the paper: clip 0.2/0.2, dual clip 3,
+   token-mean loss, one epoch, no KL, no entropy bonus, lr 1e-6, weight decay 0.01, clip 1.0.
+6. Sync: the engines take the new weights (`load_weights`; a no-op when the transformers engine
+   shares the learner's module).
+7. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
+   atomic checkpoint with weights, optimizer and RNG states and the data position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import drmas_envs
+from drmas_train import advantages as adv_mod
+from drmas_train.backends.base import SamplingParams
+from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
+from drmas_train.config import TrainConfig, save_config
+from drmas_train.learner import Learner
+from drmas_train.metrics import step_metrics
+from drmas_train.models.assignment import Policy, agent_to_policy, build_policies
+from drmas_train.rollout import RolloutBatch, rollout
+from drmas_train.runlog import RunLog
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Builds envs, policies, learners and logs from a `TrainConfig`, and runs the step loop.
+
+    Args:
+        cfg: the resolved configuration.
+        resume: continue from the latest complete checkpoint in `cfg.log.run_dir`, if any.
+
+    """
+
+    def __init__(self, cfg: TrainConfig, *, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.log.run_dir)
+        seed_everything(cfg.seed)
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
+        self.agents = list(probe.possible_agents)
+        unknown = set(cfg.agents) - set(self.agents)
+        if unknown:
+            raise ValueError(f"agents section names unknown agents {sorted(unknown)}; env agents: {self.agents}")
+        self.env_kwargs = self._env_kwargs(probe)
+        self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
+        self.n_tasks = len(probe.unwrapped.tasks)
+        lora_ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
+        self.policies = build_policies(cfg.models, self.agents, seed=cfg.seed, lora_ranks=lora_ranks)
+        self.serving = agent_to_policy(self.policies)
+        self.sampling = {a: self._sampling(a) for a in self.agents}
+        self.learners = {name: self._learner(p) for name, p in self.policies.items()}
+        n_envs = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+        self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
+        self.step = 0
+        self.cursor = 0  # tasks consumed so far: the data position
+        if resume:
+            self._resume()
+        for policy in self.policies.values():
+            self._sync(policy)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
+
+    # ---- setup helpers ---------------------------------------------------------------------------
+    def _env_kwargs(self, probe: Any) -> dict[str, Any]:
+        """The env's kwargs, with format penalties from `env.format_penalty` and per-agent overrides."""
+        kwargs = dict(self.cfg.env.kwargs)
+        own = {a: o.format_penalty for a, o in self.cfg.agents.items() if o.format_penalty is not None}
+        if self.cfg.env.format_penalty is not None or own:
+            base = dict(probe.unwrapped.format_penalty)
+            if self.cfg.env.format_penalty is not None:
+                base = {a: self.cfg.env.format_penalty for a in self.agents}
+            kwargs["format_penalty"] = {**base, **own}
+        return kwargs
+
+    def _sampling(self, agent: str) -> SamplingParams:
+        r, o = self.cfg.rollout, self.cfg.agent(agent)
+        return SamplingParams(
+            temperature=r.temperature if o.temperature is None else o.temperature,
+            top_p=r.top_p if o.top_p is None else o.top_p,
+            max_new_tokens=r.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
+        )
+
+    def _learner(self, policy: Policy) -> Learner:
+        """One learner per policy; per-agent lr / micro-batch overrides apply to the agent's own policy."""
+        changes = {}
+        for knob in ("lr", "micro_batch_size"):
+            values = {getattr(self.cfg.agent(a), knob) for a in policy.agents} - {None}
+            if len(values) > 1 or (values and len(policy.agents) > 1):
+                raise ValueError(
+                    f"agents {policy.agents} share policy {policy.name!r}, so they cannot have their own {knob}; "
+                    "use assignment per_agent or lora"
+                )
+            if values:
+                changes[knob] = values.pop()
+        config = dataclasses.replace(self.cfg.learner, **changes)
+        params = [p for _, p in policy.trainable()]
+        for p in params:
+            p.requires_grad_(True)
+        return Learner(
+            policy.module,
+            config,
+            name=policy.name,
+            param_groups=[{"params": params}],
+            pad_token_id=policy.tokenizer.pad_token_id,
+        )
+
+    def _sync(self, policy: Policy) -> None:
+        """Push the policy's weights into its engine."""
+        backend = policy.backend
+        if policy.adapter is not None and hasattr(backend, "load_adapter_tensors"):
+            from peft import get_peft_model_state_dict
+
+            tensors = get_peft_model_state_dict(policy.module, adapter_name=policy.adapter)
+            config = policy.module.peft_config[policy.adapter].to_dict()
+            backend.load_adapter_tensors(policy.adapter, tensors.items(), config)
+        else:
+            backend.load_weights(policy.trainable())
+
+    def _next_tasks(self) -> list[int]:
+        """The next B task indices (a new seeded permutation per pass over the data)."""
+        out = []
+        for i in range(self.cursor, self.cursor + self.cfg.rollout.prompts_per_step):
+            epoch, pos = divmod(i, self.n_tasks)
+            out.append(int(self.task_order(self.cfg.seed + epoch)[pos]))
+        self.cursor += len(out)
+        return out
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def save(self) -> Path:
+        root = self.run_dir / "checkpoints"
+        folder = save_checkpoint(
+            root,
+            self.step,
+            policies={name: p.weights() for name, p in self.policies.items()},
+            learners={name: ln.state_dict() for name, ln in self.learners.items()},
+            state={"cursor": self.cursor},
+        )
+        prune_checkpoints(root, self.cfg.log.keep_checkpoints)
+        return folder
+
+    def _resume(self) -> None:
+        folder = latest_checkpoint(self.run_dir / "checkpoints")
+        if folder is None:
+            log.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
+            return
+        ckpt = load_checkpoint(folder)
+        for name, policy in self.policies.items():
+            load_policy_weights(policy, ckpt["weights"][name])
+            self.learners[name].load_state_dict(ckpt["learners"][name])
+        set_rng_state(ckpt["rng"])
+        self.step = int(ckpt["state"]["step"])
+        self.cursor = int(ckpt["state"]["cursor"])
+        log.info("resumed from %s (step %d)", folder, self.step)
+
+    # ---- the step --------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, Any]:
+        """One step: rollout, rewards, advantages, an update of each policy, sync, logs, checkpoint."""
+        cfg = self.cfg
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        batch = rollout(
+            self.envs,
+            self._next_tasks(),
+            cfg.rollout.group_size,
+            self.serving,
+            self.sampling,
+            seed=cfg.seed * 100_003 + self.step,
+            max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+        )
+        t_rollout = time.perf_counter() - t0
+        adv_stats = self._advantages(batch)
+        updates: dict[str, dict[str, float]] = {}
+        t1 = time.perf_counter()
+        for name, learner in self.learners.items():  # models one after another
+            updates[name] = learner.update([r for r in batch.records if r.model == name])
+            self._sync(self.policies[name])
+        t_update = time.perf_counter() - t1
+        self.step += 1
+        row = step_metrics(self.step, batch, updates, self.agents)
+        row.update(adv_stats)
+        row.update({"time/rollout": t_rollout, "time/update": t_update, "data/cursor": self.cursor})
+        row["time/step"] = time.perf_counter() - t0
+        # CPU seconds of this process: on a shared machine, wall time alone overstates the cost.
+        row["time/step_cpu"] = time.process_time() - cpu0
+        self.runlog.metrics(row)
+        self.runlog.trajectories(self.step, batch, self._logged_episodes(batch))
+        every = cfg.log.checkpoint_every
+        if (every > 0 and self.step % every == 0) or self.step == cfg.steps:
+            self.save()
+        return row
+
+    def _advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        recs = batch.records
+        if not recs:
+            return {}
+        ids = dict(
+            group_ids=np.array([r.group_id for r in recs]),
+            agent_ids=np.array([r.agent for r in recs]),
+            episode_ids=np.array([r.episode_id for r in recs]),
+        )
+        rewards = np.array([r.reward for r in recs], dtype=np.float64)
+        algo = self.cfg.algo
+        adv = adv_mod.compute_advantages(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std)
+        for r, a in zip(recs, adv):
+            r.advantage = float(a)
+        stats_fn = getattr(adv_mod, "advantage_stats", None)
+        if stats_fn is None:
+            return {}
+        return stats_fn(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std, advantages=adv)
+
+    def _logged_episodes(self, batch: RolloutBatch) -> list[int]:
+        """The first episode of the first groups (one per task, for variety)."""
+        n, k = self.cfg.rollout.group_size, self.cfg.log.trajectories_per_step
+        firsts = list(range(0, len(batch.episodes), n))
+        return firsts[:k]
+
+    def train(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        """Run until `cfg.steps` steps are done; return this call's metric rows."""
+        rows = []
+        try:
+            while self.step < self.cfg.steps:
+                row = self.train_step()
+                rows.append(row)
+                if on_step is not None:
+                    on_step(row)
+        finally:
+            self.runlog.close()
+        return rows
+
+
+def load_policy_weights(policy: Policy, tensors: dict[str, torch.Tensor]) -> None:
+    """Load what `Policy.weights` saved back into the policy's module."""
+    if policy.adapter is None:
+        policy.module.load_state_dict(tensors)
+        return
+    params = dict(policy.module.named_parameters())
+    with torch.no_grad():
+        for name, t in tensors.items():
+            params[name].copy_(t)

@@ -1,0 +1,125 @@
+"""Dynamic batching: requests from many connections share one retriever call.
+
+Handler threads put jobs on a queue; one worker thread takes the first job, drains whatever else
+is already waiting (up to `max_batch` queries), runs one `search` for all of them with the largest
+k asked for, and hands each job its own slice trimmed to its k. Nothing waits on a timer: under
+light load a request runs alone at once; under heavy load the queue fills while the worker is busy,
+so batches grow with the load. One worker also means the retriever is never called concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from drmas_envs.search.retrievers import Passage, Retriever
+
+logger = logging.getLogger(__name__)
+
+
+class Overloaded(RuntimeError):
+    """Too many queries are waiting; the caller should answer 503 and let the client retry."""
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    k: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[list[Passage]] | None = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Serialises retriever calls and batches concurrent requests together.
+
+    Args:
+        retriever: the retriever all requests share.
+        max_batch: the most queries per retriever call (one larger request still runs whole).
+        max_pending: the most queries waiting; beyond it `submit` raises `Overloaded`.
+
+    """
+
+    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_pending: int = 50_000):
+        self.retriever = retriever
+        self.max_batch = max_batch
+        self.max_pending = max_pending
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self.batches = 0
+        self.queries = 0
+        self._worker = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
+        self._worker.start()
+
+    @property
+    def pending(self) -> int:
+        """Queries submitted and not yet answered."""
+        return self._pending
+
+    def submit(self, queries: list[str], k: int, timeout: float | None = None) -> list[list[Passage]]:
+        """Search `queries` with top-`k` as part of the next batch; blocks until answered.
+
+        Raises:
+            Overloaded: the queue is full.
+            TimeoutError: no answer within `timeout` seconds.
+            Exception: whatever the retriever raised for this batch.
+
+        """
+        with self._lock:
+            if self._pending + len(queries) > self.max_pending:
+                raise Overloaded(f"{self._pending} queries waiting (limit {self.max_pending})")
+            self._pending += len(queries)
+        job = _Job(list(queries), int(k))
+        self._queue.put(job)
+        if not job.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def close(self) -> None:
+        """Stop the worker after the jobs already queued."""
+        self._queue.put(None)
+        self._worker.join(timeout=5)
+
+    def _take_batch(self, first: _Job) -> list[_Job]:
+        batch, n = [first], len(first.queries)
+        while n < self.max_batch:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:  # close() while draining: put the sentinel back for the main loop
+                self._queue.put(None)
+                break
+            batch.append(job)
+            n += len(job.queries)
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = self._take_batch(first)
+            queries = [q for job in batch for q in job.queries]
+            try:
+                results = self.retriever.search(queries, max(job.k for job in batch))
+            except Exception as exc:  # one failing batch must not stop the service
+                logger.exception("retriever failed on a batch of %d queries", len(queries))
+                for job in batch:
+                    job.error = exc
+            else:
+                start = 0
+                for job in batch:
+                    job.result = [hits[: job.k] for hits in results[start : start + len(job.queries)]]
+                    start += len(job.queries)
+            self.batches += 1
+            self.queries += len(queries)
+            with self._lock:
+                self._pending -= len(queries)
+            for job in batch:
+                job.done.set()

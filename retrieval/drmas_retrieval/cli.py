@@ -1,0 +1,85 @@
+"""`drmas-retrieval`: build an index of a corpus, and serve it over HTTP.
+
+drmas-retrieval build --corpus wiki.jsonl.gz --retriever bm25 --out idx/
+drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from drmas_envs.search.retrievers import build_index, load_index
+from drmas_retrieval.server import RetrievalServer, ServiceConfig
+
+console = Console(soft_wrap=True)  # no line breaks inside URLs and paths
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="drmas-retrieval", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build an index folder from a JSONL(.gz) corpus")
+    build.add_argument("--corpus", required=True, help="JSONL or JSONL.gz: id, title, text (or Search-R1 contents)")
+    build.add_argument("--retriever", choices=("bm25", "dense"), default="bm25")
+    build.add_argument("--encoder", default="minilm", help="dense encoder: minilm, e5, a path or a hub id")
+    build.add_argument("--out", required=True, help="the index folder to create")
+    serve = sub.add_parser("serve", help="serve an index folder: POST /retrieve, GET /health")
+    serve.add_argument("--index", required=True, help="a folder written by `build`")
+    defaults = ServiceConfig()
+    serve.add_argument("--host", default=defaults.host, help="bind address (default: loopback only)")
+    serve.add_argument("--port", type=int, default=defaults.port)
+    serve.add_argument("--max-batch", type=int, default=defaults.max_batch, help="queries per retriever call")
+    serve.add_argument("--max-topk", type=int, default=defaults.max_topk)
+    serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    return parser
+
+
+def _build(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    with console.status(f"building {args.retriever} index of {args.corpus}"):
+        out = build_index(args.corpus, args.retriever, args.out, encoder=args.encoder)
+    console.print(f"[green]built[/] {out} in {time.perf_counter() - start:.1f} s")
+
+
+def _serve(args: argparse.Namespace) -> None:
+    retriever = load_index(args.index)
+    config = ServiceConfig(
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        max_topk=args.max_topk,
+        max_body_bytes=args.max_body_bytes,
+    )
+    server = RetrievalServer(retriever, config)
+    console.print(f"serving {args.index} at [bold]{server.url}[/] (POST /retrieve, GET /health); Ctrl-C stops")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        server.server_close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the `drmas-retrieval` command."""
+    args = _parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s")
+    logging.getLogger("bm25s").setLevel(level)  # bm25s sets its own logger to DEBUG
+    try:
+        if args.command == "build":
+            _build(args)
+        else:
+            _serve(args)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""A fresh virtual environment with only drmas-envs installed: no torch, and math-2agent + evaluate work.
+
+Creates a plain venv, pip-installs drmas_envs from this checkout (dependencies from PyPI), and runs a
+script there. Skipped when pip cannot reach a package index; any other install failure fails the test.
+"""
+
+import json
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NETWORK_ERRORS = (
+    "NewConnectionError",
+    "Temporary failure",
+    "Could not find a version",
+    "No matching distribution",
+    "ConnectionError",
+    "Network is unreachable",
+    "Max retries exceeded",
+    "ReadTimeoutError",
+)
+
+SCRIPT = r"""
+import importlib.util, json, sys
+assert importlib.util.find_spec("torch") is None, "torch is installed"
+import drmas_envs
+from drmas_envs.math import grade
+env = drmas_envs.make("math-2agent", level=1, n_per_level=20)
+env.reset(seed=0)
+answers = {t["problem"]: t["answer"] for t in env.unwrapped.tasks}
+
+def policy(agent, observations):
+    if agent == "verifier":
+        return ["<verify>approve</verify>"] * len(observations)
+    return ["\\boxed{%s}" % answers[o["user"].split("\n")[1]] for o in observations]
+
+res = drmas_envs.evaluate(policy, "math-2agent", k=2, n_problems=5, level=1, n_per_level=20)
+print(json.dumps({
+    "result": res,
+    "math_verify": grade("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
+    "file": drmas_envs.__file__,
+    "torch_loaded": "torch" in sys.modules,
+}))
+"""
+
+
+@pytest.mark.slow
+def test_light_install_has_no_torch_and_works(tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT / "drmas_envs")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if install.returncode != 0:
+        out = install.stdout + install.stderr
+        if any(e in out for e in NETWORK_ERRORS):
+            pytest.skip(f"pip cannot install from an index here: {out[-300:]}")
+        pytest.fail(f"pip install ./drmas_envs failed:\n{out[-3000:]}")
+    run = subprocess.run([str(python), "-c", SCRIPT], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert str(env_dir) in report["file"]  # the installed copy, not the checkout
+    assert report["torch_loaded"] is False
+    assert report["math_verify"] is True
+    assert report["result"]["avg@2"] == 1.0 and report["result"]["n_problems"] == 5

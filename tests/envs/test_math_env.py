@@ -1,0 +1,210 @@
+"""math-1agent / math-2agent: scripted episodes with exact rewards, turn order, options, evaluate."""
+
+import math
+
+import pytest
+
+import drmas_envs
+from drmas_envs import PromptTemplate, run_lockstep
+
+TASK = {"id": "t0", "problem": "What is $2 + 3$?", "answer": "5", "source": "unit"}
+RIGHT, WRONG = "2 + 3 = 5, so \\boxed{5}", "I think \\boxed{6}"
+APPROVE, REJECT = "Looks right. <verify>approve</verify>", "Wrong. <verify>reject</verify>"
+
+
+def play(env_id, script, task=TASK, **kw):
+    """Run one episode where each agent says its scripted lines in order; return (result, agents in order)."""
+    env = drmas_envs.make(env_id, **kw)
+    env.reset(options={"task": task})
+    lines = {a: list(v) for a, v in script.items()}
+    order = []
+
+    def act(agent, idx, obs):
+        order.append(agent)
+        assert obs[0]["role"] == agent
+        return [lines[agent].pop(0)]
+
+    (res,) = run_lockstep([env], act)
+    return res, order
+
+
+def test_right_answer_then_approve_gives_every_agent_one():
+    res, order = play("math-2agent", {"solver": [RIGHT], "verifier": [APPROVE]})
+    assert order == ["solver", "verifier"]
+    assert res.rewards == {"solver": 1.0, "verifier": 1.0}
+    assert res.info["correct"] is True and res.info["answer"] == "5" and res.info["reference"] == "5"
+    assert res.info["calls_per_agent"] == {"solver": 1, "verifier": 1}
+
+
+def test_wrong_answer_gives_zero():
+    res, _ = play("math-2agent", {"solver": [WRONG], "verifier": [APPROVE]})
+    assert res.rewards == {"solver": 0.0, "verifier": 0.0}
+    assert res.info["correct"] is False and res.info["answer"] == "6"
+
+
+def test_reject_brings_a_second_solver_turn_and_last_answer_counts():
+    res, order = play("math-2agent", {"solver": [WRONG, RIGHT], "verifier": [REJECT]})
+    assert order == ["solver", "verifier", "solver"]
+    assert res.rewards == {"solver": 1.0, "verifier": 1.0}
+    res, _ = play("math-2agent", {"solver": [RIGHT, WRONG], "verifier": [REJECT]})
+    assert res.rewards == {"solver": 0.0, "verifier": 0.0} and res.info["answer"] == "6"
+
+
+@pytest.mark.parametrize("max_loops", [1, 2, 3, 5])
+def test_never_exceeds_max_loops(max_loops):
+    res, order = play("math-2agent", {"solver": [WRONG] * 9, "verifier": [REJECT] * 9}, max_loops=max_loops)
+    assert order.count("solver") == max_loops and order.count("verifier") == max_loops - 1
+    assert order == (["solver", "verifier"] * max_loops)[:-1]
+    assert res.info["truncated"] is False
+
+
+def test_malformed_verdict_counts_as_approve_by_default_and_is_penalised():
+    res, order = play("math-2agent", {"solver": [RIGHT], "verifier": ["seems fine to me"]})
+    assert order == ["solver", "verifier"]
+    assert res.rewards == {"solver": 1.0, "verifier": pytest.approx(0.9)}
+    assert res.info["malformed_per_agent"] == {"solver": 0, "verifier": 1}
+    assert [c["valid"] for c in res.info["calls"]] == [True, False]
+
+
+def test_missing_verdict_reject_asks_for_another_attempt():
+    script = {"solver": [WRONG, RIGHT], "verifier": ["<verify>maybe</verify>"]}
+    res, order = play("math-2agent", script, missing_verdict="reject")
+    assert order == ["solver", "verifier", "solver"]
+    assert res.rewards == {"solver": 1.0, "verifier": pytest.approx(0.9)}
+    assert res.info["verdicts"] == ["reject"]
+
+
+def test_conflicting_verdict_tags_are_malformed():
+    res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": ["<verify>approve</verify> <verify>reject</verify>"]})
+    assert res.info["malformed_per_agent"]["verifier"] == 1
+
+
+@pytest.mark.parametrize("bad", ["5", "\\boxed{}", "\\boxed{ }", "\\boxed{\\ldots}", "\\boxed{answer}", "\\boxed{5"])
+def test_solver_without_an_answer_box_is_malformed_and_wrong(bad):
+    res, order = play("math-2agent", {"solver": [bad, bad], "verifier": [REJECT]}, format_penalty=0.25)
+    assert order == ["solver", "verifier", "solver"]
+    assert res.rewards == {"solver": pytest.approx(-0.5), "verifier": 0.0}
+    assert res.info["answer"] is None and res.info["correct"] is False
+
+
+def test_per_agent_format_penalty():
+    script = {"solver": ["no box", RIGHT], "verifier": ["???"]}
+    res, _ = play("math-2agent", script, missing_verdict="reject", format_penalty={"solver": 0.5, "verifier": 0.0})
+    assert res.rewards == {"solver": 0.5, "verifier": 1.0}
+
+
+def test_math_1agent_is_one_solver_call():
+    res, order = play("math-1agent", {"solver": [RIGHT]})
+    assert order == ["solver"] and res.rewards == {"solver": 1.0}
+    res, _ = play("math-1agent", {"solver": ["no idea"]})
+    assert res.rewards == {"solver": pytest.approx(-0.1)}
+
+
+def test_observation_holds_problem_and_teammate_outputs_clipped():
+    env = drmas_envs.make("math-2agent", max_context_chars=200)
+    env.reset(options={"task": TASK})
+    first = env.observe("solver")
+    assert TASK["problem"] in first["user"] and "\\boxed{}" in first["system"]
+    env.step("x" * 100_000 + " \\boxed{6}")
+    seen = env.observe("verifier")
+    assert TASK["problem"] in seen["user"] and "\\boxed{6}" in seen["user"]
+    assert "characters omitted" in seen["user"] and len(seen["user"]) < 1000
+    env.step(REJECT)
+    again = env.observe("solver")
+    assert "<verify>reject</verify>" in again["user"] and "\\boxed{6}" in again["user"]
+
+
+def test_prompts_can_be_overridden():
+    prompts = {"verifier": {"system": "Check it.", "user": "P: {problem} | last: {latest_solution}"}}
+    env = drmas_envs.make("math-2agent", prompts=prompts)
+    env.reset(options={"task": TASK})
+    env.step(RIGHT)
+    obs = env.observe("verifier")
+    assert obs["system"] == "Check it." and obs["user"] == f"P: {TASK['problem']} | last: {RIGHT}"
+    env.reset(options={"task": TASK})
+    assert env.observe("solver")["user"].startswith("Problem:")  # untouched role keeps its default
+    custom = PromptTemplate("S", "{problem}!")
+    env = drmas_envs.make("math-1agent", prompts={"solver": custom})
+    env.reset(options={"task": TASK})
+    assert env.observe("solver")["user"] == TASK["problem"] + "!"
+
+
+def test_bad_options_raise_clear_errors():
+    with pytest.raises(TypeError, match="no_such_option"):
+        drmas_envs.make("math-2agent", no_such_option=1)
+    with pytest.raises(ValueError, match="missing_verdict"):
+        drmas_envs.make("math-2agent", missing_verdict="maybe")
+    with pytest.raises(ValueError, match="max_loops"):
+        drmas_envs.make("math-2agent", max_loops=0)
+    with pytest.raises(ValueError, match="unknown roles"):
+        drmas_envs.make("math-1agent", prompts={"verifier": {"system": "a", "user": "b"}})
+
+
+def test_pettingzoo_registry_and_render():
+    import pettingzoo
+
+    env = pettingzoo.make("aec", "drmas/math-2agent-v0", render_mode="ansi")
+    env.reset(seed=1)
+    env.step(RIGHT)
+    assert "[solver]" in env.render()
+    assert env.unwrapped.metadata["name"] == "drmas_math_2agent_v0"
+
+
+def oracle_and_wrong_policies(tasks):
+    answers = {t["problem"]: t["answer"] for t in tasks}
+
+    def oracle(agent, observations):
+        if agent == "verifier":
+            return [APPROVE] * len(observations)
+        return [f"\\boxed{{{answers[o['user'].split(chr(10))[1]]}}}" for o in observations]
+
+    def wrong(agent, observations):
+        return [APPROVE if agent == "verifier" else "\\boxed{-1}"] * len(observations)
+
+    return oracle, wrong
+
+
+def test_evaluate_with_scripted_policies_on_generated_levels():
+    kw = {"level": (1, 2), "n_per_level": 20}
+    tasks = drmas_envs.make("math-2agent", **kw).unwrapped.tasks
+    oracle, wrong = oracle_and_wrong_policies(tasks)
+    good = drmas_envs.evaluate(oracle, "math-2agent", k=3, n_problems=12, **kw)
+    assert good["avg@3"] == 1.0 and good["pass@3"] == 1.0 and good["n_problems"] == 12
+    assert set(good["by_source"]) <= {"generated/L1", "generated/L2"}
+    assert sum(s["n_problems"] for s in good["by_source"].values()) == 12
+    bad = drmas_envs.evaluate(wrong, "math-1agent", k=2, n_problems=12, **kw)
+    assert bad["avg@2"] == 0.0 and bad["pass@2"] == 0.0
+
+
+def test_evaluate_pass_at_k_semantics():
+    # right on the first of every k=4 calls per problem only: avg@4 = 1/4, pass@4 = 1
+    kw = {"level": 1, "n_per_level": 10}
+    tasks = drmas_envs.make("math-1agent", **kw).unwrapped.tasks
+    oracle, _ = oracle_and_wrong_policies(tasks)
+    seen = {}
+
+    def first_only(agent, observations):
+        outs = []
+        for o, good in zip(observations, oracle(agent, observations)):
+            n = seen[o["user"]] = seen.get(o["user"], 0) + 1
+            outs.append(good if n == 1 else "\\boxed{-7}")
+        return outs
+
+    res = drmas_envs.evaluate(first_only, "math-1agent", k=4, n_problems=5, **kw)
+    assert math.isclose(res["avg@4"], 0.25) and res["pass@4"] == 1.0
+    assert res["by_source"]["generated/L1"]["pass@4"] == 1.0
+
+
+def test_seeded_order_is_deterministic_and_datasets_are_shared_between_makes():
+    def problems(seed, n=5):
+        env = drmas_envs.make("math-2agent")
+        out = []
+        env.reset(seed=seed)
+        for _ in range(n):
+            out.append(env.observe("solver")["user"])
+            env.reset()
+        return out
+
+    assert problems(7) == problems(7) and problems(7) != problems(8)
+    a, b = drmas_envs.make("math-2agent"), drmas_envs.make("math-1agent")
+    assert a.unwrapped.tasks[0] is b.unwrapped.tasks[0]  # generated once, cached

@@ -1,0 +1,211 @@
+"""The retrieval service on 127.0.0.1: protocol, bad requests, batching, failures, env equivalence, CLI."""
+
+import http.client
+import json
+import re
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from search_helpers import write_toy
+
+import drmas_envs
+from drmas_envs.search.retrievers import HTTPRetriever, RetrievalServiceError, build_index, load_index
+from drmas_retrieval import Batcher, ServiceConfig, serve_in_thread
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("svc")
+    corpus, questions = write_toy(root)
+    index = build_index(corpus, "bm25", root / "index")
+    return {"corpus": corpus, "dataset": questions, "index": str(index)}
+
+
+@pytest.fixture(scope="module")
+def service(toy):
+    retriever = load_index(toy["index"])
+    server, thread = serve_in_thread(retriever, ServiceConfig(port=0))
+    yield server, retriever
+    server.shutdown()
+    server.server_close()
+
+
+def post(url, body, **kw):
+    return requests.post(
+        f"{url}/retrieve", data=body if isinstance(body, bytes) else json.dumps(body), timeout=10, **kw
+    )
+
+
+def test_protocol_shapes(service):
+    server, retriever = service
+    reply = post(server.url, {"queries": ["physicist Marie Curie", "Danube"], "topk": 2, "return_scores": True}).json()
+    assert len(reply["result"]) == 2 and len(reply["result"][0]) == 2 and len(reply["result"][1]) == 1
+    hit = reply["result"][0][0]
+    assert hit["document"] == {
+        "id": "p1",
+        "contents": '"Marie Curie"\nMarie Curie was a physicist and chemist born in Warsaw.',
+    }
+    assert hit["score"] == pytest.approx(retriever.search(["physicist Marie Curie"], 1)[0][0].score)
+    plain = post(server.url, {"query": "Danube"}).json()["result"]  # Search-R1: without scores, bare documents
+    assert plain == [[{"id": "p5", "contents": '"Ulm"\nUlm is a city in Germany on the Danube.'}]]
+    health = requests.get(f"{server.url}/health", timeout=5).json()
+    assert health["status"] == "ok" and health["queries"] >= 3
+
+
+@pytest.mark.parametrize(
+    "body,status,message",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'["a list"]', 400, "JSON object"),
+        ({"topk": 3}, 400, "give 'queries'"),
+        ({"queries": []}, 400, "give 'queries'"),
+        ({"queries": ["ok", 7]}, 400, "must be a string"),
+        ({"query": "x", "topk": 10**9}, 400, "'topk' must be"),
+        ({"query": "x", "topk": True}, 400, "'topk' must be"),
+        ({"query": "x", "return_scores": "yes"}, 400, "return_scores"),
+        ({"queries": ["x"] * 513}, 413, "limit is 512"),
+        ({"query": "x" * 5000}, 413, "limit is 4096"),
+        (b"x" * (10 << 20), 413, "the limit is 1048576"),
+    ],
+)
+def test_bad_requests_get_4xx_and_service_keeps_serving(service, body, status, message):
+    server, _ = service
+    reply = post(server.url, body)
+    assert reply.status_code == status and message in reply.json()["error"]
+    assert post(server.url, {"query": "Ulm"}).json()["result"][0][0]["id"] == "p5"
+
+
+def test_wrong_path_method_and_framing(service):
+    server, _ = service
+    assert requests.get(f"{server.url}/nope", timeout=5).status_code == 404
+    assert requests.post(f"{server.url}/nope", data=b"{}", timeout=5).status_code == 404
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    conn.putrequest("POST", "/retrieve")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    conn.send(b"0\r\n\r\n")
+    assert conn.getresponse().status == 411
+    conn.close()
+    assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
+
+
+def test_concurrent_clients_all_answered_correctly(service):
+    server, retriever = service
+    queries = ["Marie Curie", "capital of France", "Danube", "physicist", "Vistula river", "Ulm"]
+    expected = {q: [p.id for p in retriever.search([q], 3)[0]] for q in queries}
+
+    def client(i):
+        session = requests.Session()
+        for j in range(5):
+            q = queries[(i + j) % len(queries)]
+            reply = session.post(f"{server.url}/retrieve", json={"queries": [q], "topk": 3}, timeout=30)
+            assert reply.status_code == 200
+            assert [d["id"] for d in reply.json()["result"][0]] == expected[q]
+        return True
+
+    with ThreadPoolExecutor(40) as pool:
+        assert all(pool.map(client, range(40)))
+
+
+class GatedRetriever:
+    """Blocks its first call until released, so later requests pile up; records each call's batch."""
+
+    def __init__(self):
+        self.gate, self.calls = threading.Event(), []
+
+    def search(self, queries, k):
+        self.calls.append(list(queries))
+        self.gate.wait(10)
+        if "boom" in queries:
+            raise RuntimeError("index exploded")
+        return [[] for _ in queries]
+
+
+def test_batcher_drains_pending_requests_into_one_call():
+    retriever = GatedRetriever()
+    batcher = Batcher(retriever, max_batch=100)
+    with ThreadPoolExecutor(9) as pool:
+        futures = [pool.submit(batcher.submit, ["q0"], 3, 10)]
+        while not retriever.calls:  # the worker is now blocked inside the first call
+            threading.Event().wait(0.01)
+        futures += [pool.submit(batcher.submit, [f"q{i}"], 3, 10) for i in range(1, 9)]
+        while batcher.pending < 9:
+            threading.Event().wait(0.01)
+        retriever.gate.set()
+        assert all(f.result() == [[]] for f in futures)
+    assert retriever.calls[0] == ["q0"] and sorted(retriever.calls[1]) == [f"q{i}" for i in range(1, 9)]
+    assert batcher.batches == 2 and batcher.queries == 9
+    batcher.close()
+
+
+def test_retriever_failure_is_a_500_and_the_service_survives():
+    retriever = GatedRetriever()
+    retriever.gate.set()
+    server, _ = serve_in_thread(retriever, ServiceConfig(port=0))
+    try:
+        bad = post(server.url, {"query": "boom"})
+        assert bad.status_code == 500 and "index exploded" in bad.json()["error"]
+        assert post(server.url, {"query": "fine"}).json() == {"result": [[]]}
+        with pytest.raises(RetrievalServiceError, match="HTTP 500"):
+            HTTPRetriever(server.url, retries=1, backoff=0.01).search(["boom"], 3)
+        with pytest.raises(RetrievalServiceError, match="refused the request: HTTP 400"):
+            HTTPRetriever(server.url).search(["x"], 10**6)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_client_reports_a_down_service_clearly():
+    with pytest.raises(
+        RetrievalServiceError, match=r"127.0.0.1:9/retrieve failed after 3 attempts.*drmas-retrieval serve"
+    ):
+        HTTPRetriever("http://127.0.0.1:9", retries=2, backoff=0.01, timeout=2).search(["q"], 3)
+
+
+@pytest.mark.parametrize("env_id", ["search-1agent", "search-2agent", "search-3agent"])
+def test_env_over_service_sees_the_same_observations(service, toy, env_id):
+    server, _ = service
+    common = {"dataset": toy["dataset"], "corpus": toy["corpus"], "index_dir": toy["index"]}
+    local = drmas_envs.make(env_id, **common)
+    remote = drmas_envs.make(env_id, dataset=toy["dataset"], retriever=server.url)
+    actions = {
+        "verifier": ["<verify>no</verify>"] * 3,
+        "search": ["<search>Marie Curie</search>", "<search>Warsaw river</search>", "<done>"],
+        "searcher": ["<search>Marie Curie</search>", "<search>Warsaw river</search>", "<answer>Vistula</answer>"],
+        "answer": ["<answer>Vistula</answer>"],
+    }
+    for task in range(2):
+        for env in (local, remote):
+            env.reset(options={"task_index": task})
+        script = {a: list(v) for a, v in actions.items()}
+        while not all(local.terminations.values()):
+            agent = local.agent_selection
+            assert remote.agent_selection == agent
+            assert remote.observe(agent) == local.observe(agent)
+            action = script[agent].pop(0)
+            local.step(action)
+            remote.step(action)
+        assert remote.rewards == local.rewards and remote.infos == local.infos
+        assert local.infos[agent]["n_searches"] >= 1
+
+
+def test_cli_build_and_serve(toy, tmp_path):
+    exe = [sys.executable, "-m", "drmas_retrieval.cli"]
+    out = tmp_path / "cli-index"
+    subprocess.run([*exe, "build", "--corpus", toy["corpus"], "--retriever", "bm25", "--out", str(out)], check=True)
+    assert (out / "meta.json").is_file()
+    bad = subprocess.run([*exe, "serve", "--index", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "not an index folder" in bad.stdout
+    proc = subprocess.Popen([*exe, "serve", "--index", str(out), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        assert post(url, {"query": "Marie Curie", "topk": 1}).json()["result"][0][0]["id"] == "p1"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,0 +1,228 @@
+"""The PPO learner on a real tiny random Llama: log-probs, token-mean exactness, skipping, dual clip."""
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from drmas_train.learner import Learner, PPOConfig, lora_param_groups
+from drmas_train.loss import kl_k3, make_batch, ppo_token_losses, response_logits, token_logprobs
+from drmas_train.models.tiny import build_tiny_model
+from drmas_train.records import CallRecord
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # A 1M-parameter model gains nothing from intra-op threads, and loses a lot to them on a busy 2-core box.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", seed=0)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+@pytest.fixture
+def model(base_model):
+    return copy.deepcopy(base_model)
+
+
+def rec(prompt, response, adv, *, episode=0, agent="solver", adapter=None, logprobs=None):
+    return CallRecord(
+        group_id=0,
+        episode_id=episode,
+        agent=agent,
+        model="m",
+        turn=0,
+        prompt_ids=list(prompt),
+        response_ids=list(response),
+        logprobs=list(logprobs) if logprobs is not None else [0.0] * len(response),
+        advantage=adv,
+        adapter=adapter,
+    )
+
+
+def random_records(n, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p_len, r_len = torch.randint(1, 12, (2,), generator=g).tolist()
+        prompt = torch.randint(5, vocab, (p_len,), generator=g).tolist()
+        response = torch.randint(5, vocab, (r_len,), generator=g).tolist()
+        out.append(rec(prompt, response, float(torch.randn(1, generator=g)), episode=i))
+    return out
+
+
+def direct_logprobs(model, prompt, response):
+    """log p(response | prompt) from a forward on the unpadded sequence."""
+    logits = model(torch.tensor([list(prompt) + list(response)])).logits[0].float()
+    logp = logits.log_softmax(-1)
+    return torch.stack([logp[len(prompt) - 1 + t, tok] for t, tok in enumerate(response)])
+
+
+def snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_logprobs_match_direct_forward_on_unpadded_sequences(model):
+    records = random_records(6, model.config.vocab_size, seed=1)
+    batch = make_batch([r.prompt_ids for r in records], [r.response_ids for r in records], pad_token_id=0)
+    with torch.no_grad():
+        logp = token_logprobs(response_logits(model, batch), batch.response_ids)
+        for i, r in enumerate(records):
+            n = len(r.response_ids)
+            torch.testing.assert_close(
+                logp[i, :n], direct_logprobs(model, r.prompt_ids, r.response_ids), atol=1e-5, rtol=0
+            )
+            assert batch.response_mask[i].sum() == n and not batch.response_mask[i, n:].any()
+
+
+def test_gradient_is_exact_token_mean_for_any_micro_batch_size(model):
+    # Reference: sum over all tokens of -A_i * grad log p / (total tokens), each sequence unpadded.
+    records = random_records(7, model.config.vocab_size, seed=2)
+    n_tokens = sum(len(r.response_ids) for r in records)
+    ref_model = copy.deepcopy(model)
+    loss = sum(-(r.advantage * direct_logprobs(ref_model, r.prompt_ids, r.response_ids)).sum() for r in records)
+    (loss / n_tokens).backward()
+    ref = {n: p.grad.clone() for n, p in ref_model.named_parameters()}
+    for micro, checkpointing in ((1, False), (3, False), (7, False), (3, True)):
+        m = copy.deepcopy(model)
+        cfg = PPOConfig(micro_batch_size=micro, gradient_checkpointing=checkpointing)
+        metrics = Learner(m, cfg).compute_gradients(records)
+        assert metrics["n_tokens"] == n_tokens
+        for n, p in m.named_parameters():
+            torch.testing.assert_close(p.grad, ref[n], atol=2e-6, rtol=1e-4, msg=f"micro={micro} {n}")
+    ref_norm = torch.nn.utils.get_total_norm(list(ref.values())).item()
+    out = Learner(copy.deepcopy(model), PPOConfig(micro_batch_size=2)).update(records)
+    assert out["grad_norm"] == pytest.approx(ref_norm, rel=1e-4)  # the PRE-clip norm
+
+
+def test_step_changes_weights_and_makes_the_rewarded_response_more_likely(model):
+    prompt, good, bad = [10, 11, 12, 13], [20, 21, 22], [30, 31, 32]
+    records = [rec(prompt, good, 1.0, episode=0), rec(prompt, bad, -1.0, episode=1)]
+    with torch.no_grad():
+        before = {k: direct_logprobs(model, prompt, r).sum().item() for k, r in (("good", good), ("bad", bad))}
+    w0 = snapshot(model)
+    learner = Learner(model, PPOConfig(lr=1e-3, grad_clip=1.0))
+    for _ in range(5):
+        metrics = learner.update(records)
+        assert metrics["skipped"] == 0 and math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
+    assert metrics["n_tokens"] == 6 and metrics["n_opt_steps"] == 1 and metrics["ratio_mean"] == pytest.approx(1.0)
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p, w0[n])]
+    assert len(changed) == len(w0)
+    with torch.no_grad():
+        after = {k: direct_logprobs(model, prompt, r).sum().item() for k, r in (("good", good), ("bad", bad))}
+    assert after["good"] > before["good"] + 0.1
+    assert after["bad"] < before["bad"] - 0.1
+
+
+def test_non_finite_gradient_skips_the_step_and_keeps_weights(model):
+    records = random_records(4, model.config.vocab_size, seed=3)
+    learner = Learner(model, PPOConfig(lr=1e-3))
+    w0 = snapshot(model)
+    nan_records = [copy.copy(r) for r in records]
+    nan_records[1].advantage = float("nan")  # a NaN loss
+    out = learner.update(nan_records)
+    assert out["skipped"] == 1 and not math.isfinite(out["grad_norm"])
+    assert all(torch.equal(p, w0[n]) for n, p in model.named_parameters())
+    assert all(p.grad is None for p in model.parameters()) and not learner.optimizer.state
+    # A NaN injected straight into one parameter's gradient.
+    p0 = next(model.parameters())
+    handle = p0.register_hook(lambda g: g * float("nan"))
+    assert learner.update(records)["skipped"] == 1
+    assert all(torch.equal(p, w0[n]) for n, p in model.named_parameters())
+    handle.remove()
+    empty = learner.update([rec([1, 2], [], 1.0)])  # no response tokens: nothing to learn from, no step
+    assert empty["n_tokens"] == 0 and empty["n_opt_steps"] == 0 and empty["skipped"] == 0
+    assert all(torch.equal(p, w0[n]) for n, p in model.named_parameters())
+    out = learner.update(records)
+    assert out["skipped"] == 0 and any(not torch.equal(p, w0[n]) for n, p in model.named_parameters())
+
+
+def test_dual_clip_loss_on_hand_numbers():
+    # A, ratio -> per-token loss (clip 0.8..1.2, dual clip c = 3 on A < 0):
+    #  +1, 1.5 -> max(-1.5, -1.2) = -1.2 (clipped)   +1, 0.5 -> max(-0.5, -0.8) = -0.5
+    #  -1, 0.5 -> max( 0.5,  0.8) =  0.8 (clipped)   -1, 2.0 -> max(2, 1.2) = 2, below the cap 3
+    #  -1, 5.0 -> max( 5.0,  1.2) = 5 -> cap 3        -2, 4.0 -> 8 -> cap 6       +1, 5.0 -> -1.2
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0, -2.0, 1.0])
+    ratio = torch.tensor([1.5, 0.5, 0.5, 2.0, 5.0, 4.0, 5.0])
+    logp = torch.log(ratio).requires_grad_(True)
+    loss, info = ppo_token_losses(
+        logp.unsqueeze(-1), torch.zeros(7, 1), adv, clip_low=0.2, clip_high=0.2, dual_clip=3.0
+    )
+    torch.testing.assert_close(loss.squeeze(-1), torch.tensor([-1.2, -0.5, 0.8, 2.0, 3.0, 6.0, -1.2]))
+    assert info["clipped"].squeeze(-1).tolist() == [True, False, True, False, False, False, True]
+    assert info["dual_clipped"].squeeze(-1).tolist() == [False, False, False, False, True, True, False]
+    loss.sum().backward()
+    # d(-A * ratio)/d logp = -A * ratio where unclipped; 0 where any clip is active.
+    torch.testing.assert_close(logp.grad, torch.tensor([0.0, -0.5, 0.0, 2.0, 0.0, 0.0, 0.0]))
+    for bad in ({"dual_clip": 1.0}, {"clip_low": 1.0}, {"old_logprobs": "vllm"}, {"micro_batch_size": 0}):
+        with pytest.raises(ValueError):
+            PPOConfig(**bad)
+    no_dual, _ = ppo_token_losses(torch.log(ratio).unsqueeze(-1), torch.zeros(7, 1), adv, dual_clip=None)
+    assert no_dual[4].item() == pytest.approx(5.0) and no_dual[5].item() == pytest.approx(8.0)
+
+
+def test_kl_k3_and_kl_entropy_terms_in_the_learner(model):
+    # k3 with ref - logp = log 2: 2 - log 2 - 1 = 0.306853; equal log-probs: 0.
+    torch.testing.assert_close(
+        kl_k3(torch.tensor([0.0, -1.0]), torch.tensor([math.log(2), -1.0])), torch.tensor([1 - math.log(2), 0.0])
+    )
+    records = random_records(4, model.config.vocab_size, seed=4)
+    learner = Learner(model, PPOConfig(lr=1e-3, kl_coef=0.5, entropy_coef=0.01))
+    assert learner.ref_model is not None and not any(p.requires_grad for p in learner.ref_model.parameters())
+    first = learner.update(records)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # the policy still equals the reference
+    assert first["loss"] == pytest.approx(first["pg_loss"] - 0.01 * first["entropy"], abs=1e-6)
+    second = learner.update(records)
+    assert second["kl"] > 1e-8
+    assert second["loss"] == pytest.approx(second["pg_loss"] + 0.5 * second["kl"] - 0.01 * second["entropy"], abs=1e-6)
+    assert Learner(copy.deepcopy(model), PPOConfig()).ref_model is None  # kl off: no reference held
+
+
+def test_sampled_old_logprobs_and_several_optimizer_steps(model):
+    records = random_records(6, model.config.vocab_size, seed=5)
+    with torch.no_grad():
+        for r in records:
+            r.logprobs = direct_logprobs(model, r.prompt_ids, r.response_ids).tolist()
+    sampled = Learner(copy.deepcopy(model), PPOConfig(lr=1e-3, old_logprobs="sampled")).update(records)
+    assert sampled["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    multi = Learner(model, PPOConfig(lr=1e-2, ppo_epochs=2, mini_batches=2, micro_batch_size=2)).update(records)
+    assert multi["n_opt_steps"] == 4 and multi["skipped"] == 0
+    assert multi["ratio_max"] > 1.0 + 1e-4  # later steps see a moved policy against the recomputed old one
+    bad = [copy.copy(records[0])]
+    bad[0].logprobs = [0.0]
+    if len(bad[0].response_ids) != 1:
+        with pytest.raises(ValueError, match="log-probs for"):
+            Learner(copy.deepcopy(model), PPOConfig(old_logprobs="sampled")).update(bad)
+
+
+def test_per_agent_lora_adapters_get_their_own_lr_and_grad_norms(model):
+    peft = pytest.importorskip("peft")
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    pm = peft.get_peft_model(model, lora, adapter_name="solver")
+    pm.add_adapter("verifier", lora)
+    groups = lora_param_groups(pm, default_lr=1e-3, lr_by_adapter={"verifier": 0.0})
+    assert [g["name"] for g in groups] == ["solver", "verifier"] and groups[1]["lr"] == 0.0
+    learner = Learner(pm, PPOConfig(), param_groups=groups)
+    # LoRA B starts at zero, so the first step moves only B; do two steps so A moves too.
+    records = [
+        rec([10, 11], [20, 21], 1.0, adapter="solver"),
+        rec([10, 11], [30, 31], -1.0, episode=1, adapter="verifier"),
+    ]
+    w0 = snapshot(pm)
+    for _ in range(2):
+        out = learner.update(records)
+    assert out["grad_norm/solver"] > 0 and out["grad_norm/verifier"] > 0
+    moved = {n for n, p in pm.named_parameters() if not torch.equal(p, w0[n])}
+    assert moved and all(".solver." in n for n in moved)  # lr 0 for the verifier; the base is frozen
+    # KL on a peft model: the reference is the base with adapters disabled, no copy is held.
+    kl_learner = Learner(pm, PPOConfig(kl_coef=0.1), param_groups=lora_param_groups(pm, default_lr=1e-3))
+    assert kl_learner.ref_model is None
+    assert kl_learner.update(records[:1])["kl"] > 1e-8  # the solver adapter has moved away from the base

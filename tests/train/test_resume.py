@@ -1,0 +1,65 @@
+"""Checkpoints: a real `drmas-train` process killed with SIGKILL resumes at its last checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from drmas_train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from drmas_train.config import build_config
+from drmas_train.trainer import Trainer
+
+
+def _rows(run: Path):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "drmas_train", "--preset", "smoke", *args]
+
+
+def test_kill_minus_9_then_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        _cli("--run-dir", str(run), "--steps", "200"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while latest_checkpoint(run / "checkpoints") is None:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    done = int(latest_checkpoint(run / "checkpoints").name.split("-")[1])
+    assert 1 <= done < 200
+    # Resume for one more step: the run continues at the checkpoint's step, data position and weights.
+    out = subprocess.run(
+        _cli("--run-dir", str(run), "--resume", "--steps", str(done + 1)), capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == list(range(1, done + 2))  # rows after the checkpoint were dropped
+    assert rows[-1]["data/cursor"] == (done + 1) * 2  # 2 prompts per step in the smoke preset
+    assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 1:06d}"
+
+    # The same step in an uninterrupted run gives the same numbers (weights, optimizer, data, RNG restored).
+    cfg = build_config("smoke", {"log.run_dir": str(tmp_path / "ref"), "steps": done + 1})
+    ref = Trainer(cfg).train()[-1]
+    for key in ("reward/mean", "reward/solver", "grad_norm/shared", "tokens/generated"):
+        assert rows[-1][key] == ref[key], key
+
+
+def test_incomplete_checkpoint_is_ignored(tmp_path):
+    root = tmp_path / "checkpoints"
+    save_checkpoint(root, 1, policies={}, learners={}, state={"cursor": 2})
+    (root / "step-000002").mkdir()  # a folder without state.json: a save that was cut short
+    (root / ".tmp-step-000003-1").mkdir()
+    assert latest_checkpoint(root).name == "step-000001"

@@ -1,0 +1,128 @@
+"""The transformers backend against direct Hugging Face forwards on a real tiny model."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from drmas_train.backends.base import Backend, SamplingParams
+from drmas_train.backends.transformers_backend import TransformersBackend
+from drmas_train.models.resolve import resolve_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    path = resolve_model("tiny-math")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    return model, tok
+
+
+def _prompts(tok):
+    chats = [
+        [{"role": "system", "content": "You are the Solver."}, {"role": "user", "content": "What is 3 + 4?"}],
+        [{"role": "user", "content": "Hi"}],
+        [{"role": "system", "content": "You are the Verifier."}, {"role": "user", "content": "Check 2 + 2 = 5."}],
+    ]
+    return [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True, return_dict=False) for c in chats]
+
+
+def _direct_logprobs(model, prompt, response):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0].float()
+    logp = logits.log_softmax(-1)[len(prompt) - 1 : -1]
+    return logp, logp.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_is_a_backend(tiny):
+    assert isinstance(TransformersBackend(*tiny), Backend)
+
+
+def test_greedy_equals_direct_argmax_and_logprobs_match(tiny):
+    model, tok = tiny
+    backend = TransformersBackend(model, tok)
+    prompts = _prompts(tok)  # different lengths: exercises left padding
+    assert len({len(p) for p in prompts}) == 3
+    gens = backend.generate(prompts, [SamplingParams(temperature=0.0, max_new_tokens=10)] * 3)
+    for prompt, gen in zip(prompts, gens):
+        assert gen.prompt_ids == prompt
+        assert 0 < len(gen.response_ids) <= 10
+        logp, picked = _direct_logprobs(model, prompt, gen.response_ids)
+        assert gen.response_ids == logp.argmax(-1).tolist()
+        torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
+
+
+def test_sampled_logprobs_are_raw_temperature_one(tiny):
+    model, tok = tiny
+    backend = TransformersBackend(model, tok)
+    prompts = _prompts(tok)
+    gens = backend.generate(prompts, [SamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=12)] * 3, seed=1)
+    for prompt, gen in zip(prompts, gens):
+        _, picked = _direct_logprobs(model, prompt, gen.response_ids)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
+
+
+def test_per_call_sampling_params_and_seed(tiny):
+    model, tok = tiny
+    backend = TransformersBackend(model, tok)
+    prompts = _prompts(tok)
+    mixed = [SamplingParams(0.0, 1.0, 6), SamplingParams(1.0, 1.0, 3), SamplingParams(0.0, 1.0, 9)]
+    gens = backend.generate(prompts, mixed, seed=7)
+    alone = backend.generate([prompts[2]], [SamplingParams(0.0, 1.0, 9)])
+    assert gens[2].response_ids == alone[0].response_ids  # a greedy row is unaffected by its batch
+    assert len(gens[1].response_ids) <= 3 and len(gens[0].response_ids) <= 6
+    again = backend.generate(prompts, mixed, seed=7)
+    assert [g.response_ids for g in again] == [g.response_ids for g in gens]
+
+
+def test_eos_ends_a_response_and_is_kept(tiny):
+    model, tok = tiny
+    backend = TransformersBackend(model, tok)
+    gens = backend.generate(_prompts(tok) * 4, [SamplingParams(1.0, 1.0, 24)] * 12, seed=0)
+    stopped = [g for g in gens if g.finish_reason == "stop"]
+    assert stopped, "the fitted tiny model ends some responses with EOS"
+    for g in gens:
+        eos_at = [i for i, t in enumerate(g.response_ids) if t in backend.eos]
+        if g.finish_reason == "stop":
+            assert eos_at == [len(g.response_ids) - 1]
+        else:
+            assert not eos_at and len(g.response_ids) == 24
+        assert len(g.logprobs) == len(g.response_ids)
+
+
+def test_lora_adapter_per_prompt(tiny):
+    from peft import LoraConfig, get_peft_model
+
+    base, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(base.name_or_path)
+    cfg = dict(target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=64, **cfg), adapter_name="alpha")
+    peft_model.add_adapter("beta", LoraConfig(r=2, lora_alpha=64, **cfg))
+    backend = TransformersBackend(peft_model, tok)
+    prompt = _prompts(tok)[0]
+    greedy = SamplingParams(0.0, 1.0, 8)
+    mixed = backend.generate([prompt] * 3, [greedy] * 3, adapters=["alpha", "beta", None])
+    for name, gen in zip(["alpha", "beta"], mixed[:2]):
+        peft_model.set_adapter(name)
+        _, picked = _direct_logprobs(peft_model, prompt, gen.response_ids)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
+    with peft_model.disable_adapter():
+        _, picked = _direct_logprobs(peft_model, prompt, mixed[2].response_ids)
+    torch.testing.assert_close(torch.tensor(mixed[2].logprobs), picked, atol=1e-4, rtol=0)
+    assert len({tuple(g.logprobs) for g in mixed}) == 3  # three different weight sets
+
+
+def test_load_weights_changes_generation(tiny):
+    model, tok = tiny
+    copy = AutoModelForCausalLM.from_pretrained(model.name_or_path)
+    backend = TransformersBackend(copy, tok)
+    prompt = _prompts(tok)[:1]
+    before = backend.generate(prompt, [SamplingParams(0.0, 1.0, 8)])[0]
+    new = {n: p.detach() + 0.05 * torch.randn_like(p) for n, p in copy.named_parameters()}
+    backend.load_weights(new.items())
+    after = backend.generate(prompt, [SamplingParams(0.0, 1.0, 8)])[0]
+    _, picked = _direct_logprobs(copy, prompt[0], after.response_ids)
+    torch.testing.assert_close(torch.tensor(after.logprobs), picked, atol=1e-4, rtol=0)
+    assert after.logprobs != before.logprobs
+    with pytest.raises(KeyError, match="no parameter"):
+        backend.load_weights([("nope.weight", torch.zeros(1))])

