@@ -93,7 +93,8 @@ def main() -> None:
         "",
         "index ready = building the index (or loading it from the cache when it was already built) in this run.",
         "queries/s = batches of 64 queries, top-10, on this machine (dense: includes encoding the queries).",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs "
+        f"(1-min load average at the end: {os.getloadavg()[0]:.1f}).",
         "",
         "Reproduce: `.venv/bin/python benchmarks/retrieval_quality.py`",
     ]

@@ -143,7 +143,7 @@ def report(n_passages: int, drmas: dict, rank: dict, n_q: int, n_rank: int) -> N
         "Corpus: the 32,717 real passages plus perturbed copies (20% of words replaced), see the script's docstring.",
         f"Queries: the first {n_q} HotpotQA dev questions (rank-bm25: the first {n_rank}). End to end, one process.",
         "",
-        "| | drmas BM25 (bm25s) | rank-bm25 | speed-up |",
+        "| | drmas BM25 (bm25s index, own scoring) | rank-bm25 | speed-up |",
         "|---|---|---|---|",
         f"| queries/s, one by one | {drmas['one_qps']:.0f} | {rank['one_qps']:.2f} "
         f"| {drmas['one_qps'] / rank['one_qps']:.0f}x |",
@@ -161,7 +161,8 @@ def report(n_passages: int, drmas: dict, rank: dict, n_q: int, n_rank: int) -> N
         "",
         f"Top-1 agreement with rank-bm25 on the first {min(len(rank['top_ids']), 20)} queries: {agree:.0%} "
         "(the two use different BM25 variants: bm25s Lucene IDF, rank-bm25 Okapi with an epsilon floor).",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs "
+        f"(1-min load average at the end: {os.getloadavg()[0]:.1f}).",
         "",
         "Reproduce: `.venv/bin/python benchmarks/retrieval_speed.py`",
     ]

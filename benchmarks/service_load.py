@@ -6,9 +6,11 @@ Clients: 4 processes x 50 threads, each thread one keep-alive `requests.Session`
 number of single-query requests (HotpotQA dev questions, topk 3) back to back. A request fails if it
 raises or gets anything but 200 with one list of <= 3 hits. Then hostile requests (malformed JSON, a
 missing field, topk=10**9, a 10 MB body) must get 4xx and a normal request must still succeed.
-Run twice: with dynamic batching (default) and with --max-batch 1 (no batching) for comparison.
+Each load runs twice: with dynamic batching (default) and with --max-batch 1 (no batching). Then the
+same with a dense MiniLM index of the generated world (440 passages): there the cost is encoding the
+queries, which is where batching pays.
 
-    .venv/bin/python benchmarks/service_load.py [--clients 200] [--requests 10]
+    .venv/bin/python benchmarks/service_load.py [--clients 200] [--requests 10] [--dense-requests 5]
 
 Writes benchmarks/results/service_load.md.
 """
@@ -88,7 +90,7 @@ def start_server(index: str, max_batch: int) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "drmas_retrieval.cli", "serve", "--index", index, "--port", str(port)]
     proc = subprocess.Popen([*cmd, "--max-batch", str(max_batch)], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
+    for _ in range(1800):  # a dense server imports torch and loads its encoder first
         try:
             if requests.get(f"{url}/health", timeout=1).status_code == 200:
                 return proc, url
@@ -134,49 +136,77 @@ def run(index: str, clients: int, n_requests: int, max_batch: int) -> dict:
         proc.wait(10)
 
 
+def world_corpus(path: Path) -> Path:
+    from drmas_envs.search.world import generate_world
+
+    rows = (json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in generate_world().passages)
+    path.write_text("".join(rows))
+    return path
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| retriever | batching | requests | failed | requests/s | p50 ms | p90 ms | p99 ms | max ms "
+        "| mean queries per retriever call |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        name = "dynamic (max 256)" if r["max_batch"] > 1 else "off (max 1)"
+        lines.append(
+            f"| {r['retriever']} | {name} | {r['requests']} | {r['failed']} | {r['rps']:.0f} | {r['p50_ms']:.0f} "
+            f"| {r['p90_ms']:.0f} | {r['p99_ms']:.0f} | {r['max_ms']:.0f} | {r['mean_batch']:.1f} |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--requests", type=int, default=10, help="requests per client")
+    parser.add_argument(
+        "--dense-requests", type=int, default=5, help="requests per client for the dense runs (0: skip)"
+    )
     args = parser.parse_args()
     from drmas_envs.search.retrievers import build_index
 
     corpus = DATA / "corpus" / "wiki_passages.jsonl.gz"
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         if not corpus.is_file():
-            from drmas_envs.search.world import generate_world
-
-            corpus = Path(tmp) / "world.jsonl"
-            corpus.write_text(
-                "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in generate_world().passages)
-            )
+            corpus = world_corpus(Path(tmp) / "world.jsonl")
         index = str(build_index(corpus, "bm25", Path(tmp) / "index"))
-        rows = [run(index, args.clients, args.requests, mb) for mb in (256, 1)]
+        rows += [
+            {"retriever": f"BM25, {corpus.name}", **run(index, args.clients, args.requests, mb)} for mb in (256, 1)
+        ]
+        if args.dense_requests:
+            dense = str(build_index(world_corpus(Path(tmp) / "world.jsonl"), "dense", Path(tmp) / "dense"))
+            rows += [
+                {"retriever": "dense MiniLM, world (440)", **run(dense, args.clients, args.dense_requests, mb)}
+                for mb in (256, 1)
+            ]
     for r in rows:
         print(json.dumps(r))
     lines = [
         "# Retrieval service under load (loopback)",
         "",
-        f"BM25 over `{corpus.name}`, served by `drmas-retrieval serve` (stdlib ThreadingHTTPServer + one batching",
-        f"worker). {rows[0]['clients']} concurrent keep-alive clients ({PROCESSES} processes x "
-        f"{rows[0]['clients'] // PROCESSES} threads), {args.requests} one-query requests each (topk 3), back to back.",
-        "Server and clients share the machine.",
+        "Served by `drmas-retrieval serve` (stdlib ThreadingHTTPServer + one batching worker) in its own process.",
+        f"{rows[0]['clients']} concurrent keep-alive clients ({PROCESSES} processes x "
+        f"{rows[0]['clients'] // PROCESSES} threads), each sending one-query requests (topk 3) back to back: "
+        f"{args.requests} each for BM25, {args.dense_requests} each for dense. Server and clients share the machine.",
+        "The dense runs use the generated world's 440 passages: their cost is encoding the queries, not the index.",
         "",
-        "| batching | requests | failed | requests/s | p50 ms | p90 ms | p99 ms | max ms "
-        "| mean queries per retriever call |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(rows),
+        "",
+        "Hostile requests after each load run (status codes; the service kept answering):",
+        "",
     ]
-    for r in rows:
-        name = "dynamic (max 256)" if r["max_batch"] > 1 else "off (max 1)"
-        lines.append(
-            f"| {name} | {r['requests']} | {r['failed']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | {r['p90_ms']:.0f} "
-            f"| {r['p99_ms']:.0f} | {r['max_ms']:.0f} | {r['mean_batch']:.1f} |"
-        )
-    lines += ["", "Hostile requests after the load (status codes; the service kept answering):", ""]
     lines += [f"- {k}: {v}" for k, v in rows[0]["hostile"].items()]
+    same = all(r["hostile"] == rows[0]["hostile"] for r in rows)
     lines += [
+        f"- identical in all {len(rows)} runs: {same}",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs "
+        f"(1-min load average at the end: {os.getloadavg()[0]:.1f}).",
         "",
         "Reproduce: `.venv/bin/python benchmarks/service_load.py`",
     ]

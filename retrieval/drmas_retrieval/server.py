@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -190,6 +191,14 @@ class RetrievalServer(ThreadingHTTPServer):
         """The base URL clients use."""
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (timed out, closed) is routine: log it, no traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            logger.info("client %s went away: %s", client_address, exc)
+        else:
+            logger.exception("error while serving %s", client_address)
 
     def server_close(self) -> None:
         super().server_close()

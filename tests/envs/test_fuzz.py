@@ -13,7 +13,7 @@ import drmas_envs
 from drmas_envs import run_lockstep
 from drmas_envs.registry import spec
 
-EPISODES = 1200  # per env, in lock-step batches
+EPISODES = 1000  # per env, in lock-step batches
 BATCH = 200
 PRINTABLE = "abcxyz0123456789 <>/{}\\()=+-*^_.,?!$#\n\t"
 VALID = [

@@ -53,7 +53,16 @@ def test_light_install_has_no_torch_and_works(tmp_path):
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT / "drmas_envs")],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "--disable-pip-version-check",
+            str(ROOT / "drmas_envs"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -35,6 +35,8 @@ def grader():
         ("\\boxed 7 is it", "7"),
         ("\\boxed{3} and a truncated \\boxed{4", "3"),
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
+        ("The> \\boxedboxed{}", None),
+        ("\\boxed{2} then \\boxedx{9}", "2"),
         ("no box at all", None),
         ("", None),
     ],

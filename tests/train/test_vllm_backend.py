@@ -208,25 +208,25 @@ def test_imports_without_vllm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment", ["shared", "lora"])
-def test_smoke_training_with_the_vllm_backend(assignment, tmp_path):
+def test_smoke_training_with_the_vllm_backend(tmp_path):
     """`drmas-train --preset smoke` on vLLM; the learner's ratio against the *sampling* log-probs stays 1.
 
     With `old_logprobs=sampled` the PPO ratio is exp(learner - engine) log-probs. At step 2 the engine
     samples with the weights (or adapters) pushed after step 1, so a missed or partial push shows as a
-    ratio away from 1 (a stale tied lm_head gave 1.07 before the backend handled it).
+    ratio away from 1 (a stale tied lm_head gave 1.07 before the backend handled it). The adapter push
+    of `assignment=lora` is covered by `test_lora_from_tensors` (kept out of here for the time budget).
     """
     import json
     import math
 
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "drmas_train", "--preset", "smoke", "--run-dir", str(run_dir)]
-    cmd += ["--assignment", assignment, "--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled"]
+    cmd += ["--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    policies = ["shared"] if assignment == "shared" else ["solver", "verifier"]
+    policies = ["shared"]
     for row in rows:
         assert all(math.isfinite(row[f"grad_norm/{p}"]) for p in policies)
         assert any(row[f"grad_norm/{p}"] > 0 for p in policies)

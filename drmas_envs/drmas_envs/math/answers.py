@@ -66,7 +66,9 @@ def last_boxed(text: str) -> str | None:
         pos, cmd = max((text.rfind(c, 0, end), c) for c in BOX_COMMANDS)
         if pos < 0:
             return None
-        content = _box_content(text, pos + len(cmd))
+        after = pos + len(cmd)
+        # A letter right after `\boxed` makes another command (`\boxedboxed`), not a box.
+        content = None if text[after : after + 1].isalpha() else _box_content(text, after)
         if content is not None:
             return content.strip()
         end = pos

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from drmas_envs.workflow import PromptTemplate
 
+# The worked examples in the system prompts are there for small models: SmolLM2-135M never boxed its
+# answer without one (0/32 greedy on level 1) and boxed 15/32 with it, lifting accuracy from 0 to 0.34
+# (docs/math.md). They cost a large model nothing.
 SOLVER = PromptTemplate(
     system=(
-        "You are the Solver in a math team. Solve the problem step by step. "
-        "Put your final answer, and nothing else, in \\boxed{} at the end, e.g. \\boxed{42}."
+        "You are the Solver in a math team. Solve the problem step by step, then give the final answer "
+        "in \\boxed{}.\n\nExample:\nProblem: What is $2 + 5$?\nSolution: 2 + 5 = 7. The final answer is \\boxed{7}."
     ),
     user="Problem:\n{problem}\n\n{history}Solve the problem. End with your final answer in \\boxed{{}}.",
 )
@@ -29,7 +32,9 @@ VERIFIER = PromptTemplate(
     system=(
         "You are the Verifier in a math team. Check the Solver's latest solution step by step. "
         "End with exactly one verdict: <verify>approve</verify> if the final answer is correct, "
-        "or <verify>reject</verify> if it is wrong, with a short reason before it."
+        "or <verify>reject</verify> if it is wrong, with a short reason before it.\n\n"
+        "Examples:\nSolver: 2 + 5 = 7. The final answer is \\boxed{7}.\nReview: 2 + 5 is 7. <verify>approve</verify>\n"
+        "Solver: 2 + 5 = 8. The final answer is \\boxed{8}.\nReview: 2 + 5 is 7, not 8. <verify>reject</verify>"
     ),
     user=(
         "Problem:\n{problem}\n\n{history}Review the Solver's latest solution. "
