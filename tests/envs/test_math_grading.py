@@ -24,6 +24,14 @@ def grader():
     g.close()
 
 
+@pytest.fixture(scope="module")
+def patient_grader():
+    """For correctness checks: a bound loose enough that a loaded machine never turns a slow check into 'wrong'."""
+    g = Grader(timeout_s=30.0)
+    yield g
+    g.close()
+
+
 @pytest.mark.parametrize(
     ("text", "box"),
     [
@@ -105,8 +113,8 @@ DIFFERENT = [
 
 
 @pytest.mark.parametrize(("answer", "reference"), EQUIVALENT)
-def test_equivalent_forms_agree(grader, answer, reference):
-    assert grader(answer, reference) is True
+def test_equivalent_forms_agree(patient_grader, answer, reference):
+    assert patient_grader(answer, reference) is True
 
 
 @pytest.mark.parametrize(("answer", "reference"), DIFFERENT)
