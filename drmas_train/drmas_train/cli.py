@@ -4,6 +4,7 @@ drmas-train --env math-2agent                       # the cpu preset (SmolLM2, o
 drmas-train --preset smoke --run-dir runs/smoke     # a tiny model, 2 steps
 drmas-train --preset cpu --steps 5 --set learner.lr=1e-5 --agents.verifier.temperature 0.7
 drmas-train --run-dir runs/cpu --resume             # continue after a crash or kill -9
+drmas-train --preset smoke --placement shared       # models in Ray workers on one pool (local Ray)
 drmas-train eval --env math-2agent --k 16 --checkpoint runs/cpu/checkpoints/step-000030
 """
 
@@ -20,7 +21,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from drmas_train.config import build_config, list_presets, parse_assignment
+from drmas_train.config import BACKENDS, build_config, list_presets, parse_assignment
+from drmas_train.placement import MODES
 
 console = Console(stderr=True)
 
@@ -38,6 +40,14 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimator", default=None, help="drmas | grpo | pooled | rloo")
     p.add_argument("--assignment", default=None, help="shared | per_agent | heterogeneous | lora")
     p.add_argument("--model", default=None, help="models.name: HF id, local folder, or tiny")
+    p.add_argument("--backend", default=None, choices=BACKENDS, help="generation engine (models.backend)")
+    p.add_argument(
+        "--placement",
+        default=None,
+        choices=MODES,
+        help="where the models run (placement.mode): none (this process), shared (one Ray pool), per_agent",
+    )
+    p.add_argument("--ray-address", default=None, help='join this Ray cluster ("auto", "ray://head:10001")')
     p.add_argument("--run-dir", default=None, help="where logs and checkpoints go (log.run_dir)")
     p.add_argument("--seed", type=int, default=None, help="seed of data order, sampling and init")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
@@ -75,6 +85,9 @@ def parse_train_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any
         "algo.estimator": args.estimator,
         "models.assignment": args.assignment,
         "models.name": args.model,
+        "models.backend": args.backend,
+        "placement.mode": args.placement,
+        "placement.ray_address": args.ray_address,
         "log.run_dir": args.run_dir,
         "seed": args.seed,
     }
@@ -134,7 +147,8 @@ def train_main(argv: list[str]) -> int:
     trainer = Trainer(cfg, resume=args.resume)
     console.print(
         f"[bold]drmas-train[/bold] env {cfg.env.id} | agents {trainer.agents} | policies "
-        f"{list(trainer.policies)} ({cfg.models.assignment}) | estimator {cfg.algo.estimator} | "
+        f"{list(trainer.policies)} ({cfg.models.assignment}, placement {cfg.placement.mode}) | "
+        f"estimator {cfg.algo.estimator} | "
         f"run dir {cfg.log.run_dir}"
     )
     columns = [

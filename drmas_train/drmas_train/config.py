@@ -19,9 +19,11 @@ import yaml
 
 from drmas_train.learner import PPOConfig
 from drmas_train.models.resolve import SMOLLM2_ID
+from drmas_train.placement import PlacementConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 ASSIGNMENTS = ("shared", "per_agent", "heterogeneous", "lora")
+BACKENDS = ("transformers", "vllm")
 
 
 @dataclass
@@ -136,6 +138,8 @@ class TrainConfig:
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
     """Per-agent overrides, e.g. agents.verifier.temperature=0.7."""
     log: LogConfig = field(default_factory=LogConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Where the models run: none (this process), or Ray pools, shared or per_agent (`drmas_train.placement`)."""
 
     def __post_init__(self) -> None:
         if self.models.assignment not in ASSIGNMENTS:
@@ -144,6 +148,8 @@ class TrainConfig:
             raise ValueError("rollout.group_size and rollout.prompts_per_step must be >= 1")
         if self.steps < 0:
             raise ValueError("steps must be >= 0")
+        if self.models.backend not in BACKENDS:
+            raise ValueError(f"models.backend must be one of {BACKENDS}, got {self.models.backend!r}")
 
     def agent(self, name: str) -> AgentOverrides:
         """The overrides of agent `name` (all None when it has none)."""

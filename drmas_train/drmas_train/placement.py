@@ -1,29 +1,36 @@
 """Ray resource pools: run each model's engine and learner in a Ray actor, on a shared or per-model pool.
 
-    placement = PlacementConfig(mode="per_agent", pools={"solver": PoolSize(cpus=1), "verifier": PoolSize(cpus=1)})
-    attach(trainer, placement)          # the trainer's loop is unchanged; its policies now live in actors
+    drmas-train --preset smoke --assignment per_agent --placement per_agent \
+        --set placement.pools.solver.cpus=1 --set placement.pools.verifier.cpus=1
+
+The `placement` section of `TrainConfig` (a `PlacementConfig`) selects it; `Trainer` then builds its
+policies here with `build_placed` (the models are never loaded on the driver), runs its unchanged loop
+against the proxies, and frees the workers with `shutdown` when training ends.
 
 Modes:
-- `shared` (the paper's): one pool (a Ray placement group of one bundle) holds every model's worker.
-  The trainer already updates models one after another, so the workers time-share the pool:
-  generate, update model by model, sync weights.
-- `per_agent`: each worker gets a disjoint pool of its own size (`pools[name]`, else `default_pool`).
+- `shared` (the paper's): one pool (a Ray placement group of one bundle) and one worker on it that
+  holds every model. The trainer updates models one after another, so the models time-share the
+  pool's devices: generate, update model by model, sync weights.
+- `per_agent`: one worker per group of models that must live together (assignment per_agent /
+  heterogeneous: one per agent; shared: one; lora: one with every adapter on the shared base), each
+  on a disjoint pool of its own size (`pools[name]`, else `default_pool`).
 
-A *worker* holds what must live together: one model with its engine and its learner (assignment
-shared: one worker; per_agent / heterogeneous: one per agent; lora: one worker with every adapter on
-the shared base). After each update the worker pushes the new weights into its own engine, so the
-driver-side `load_weights` is a no-op and no weights cross the network.
+A *worker* is one Ray actor holding its models with their engines and learners. After each update
+it pushes the new weights into its own engine, so no weights cross the network while training;
+checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
 
-Ray is started locally (`ray.init(num_cpus=...)`) or joined (`ray_address`, e.g. "auto" or
-"ray://head:10001"), so a multi-node run needs no code change. Pools are sized in CPUs and GPUs; a
-worker uses its pool's devices. Data-parallel training of one model across several devices of its
-pool (torch distributed, FSDP on GPUs) is NOT implemented yet: a worker trains on one device.
+Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
+(`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
+Pools are sized in CPUs and GPUs; a worker uses its pool's devices. Data-parallel training of one
+model across several devices of its pool (torch distributed, FSDP on GPUs) is NOT implemented yet:
+a worker trains on one device.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import math
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,10 +64,15 @@ class PlacementConfig:
     """The pool of a `per_agent` worker that `pools` does not name."""
     pools: dict[str, PoolSize] = field(default_factory=dict)
     """Per-worker pool sizes in `per_agent` mode, by worker name (an agent name, or "shared" / "lora")."""
+    ready_timeout_s: float = 600.0
+    """How long to wait for the cluster to grant the pools before failing with a clear error."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"placement.mode must be one of {MODES}, got {self.mode!r}")
+        for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
+            if size.cpus <= 0 or size.gpus < 0:
+                raise ValueError(f"placement pool {name!r} needs cpus > 0 and gpus >= 0, got {size}")
 
 
 def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
@@ -80,15 +92,14 @@ class PolicyWorker:
         import torch
 
         from drmas_train.models.assignment import build_policies
-        from drmas_train.trainer import Trainer, seed_everything
+        from drmas_train.policy_ops import make_learner, seed_everything, sync_engine
 
         torch.set_num_threads(max(1, threads))
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
         self.policies = build_policies(cfg.models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
-        shim = _ConfigHolder(cfg)  # the trainer's own learner factory, so overrides apply the same way
-        self.learners = {name: Trainer._learner(shim, p) for name, p in self.policies.items()}
+        self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
         for p in self.policies.values():
-            Trainer._sync(shim, p)
+            sync_engine(p)
 
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
@@ -99,31 +110,26 @@ class PolicyWorker:
 
     def update(self, name: str, records) -> dict[str, float]:
         """Train policy `name` on its records, then push the new weights into the worker's engine."""
-        from drmas_train.trainer import Trainer
+        from drmas_train.policy_ops import sync_engine
 
         metrics = self.learners[name].update(records)
-        Trainer._sync(_ConfigHolder(None), self.policies[name])
+        sync_engine(self.policies[name])
         return metrics
 
     def weights(self, name: str) -> dict[str, Any]:
         return {k: v.detach().cpu() for k, v in self.policies[name].weights().items()}
 
     def load_weights(self, name: str, tensors: dict[str, Any]) -> None:
-        from drmas_train.trainer import Trainer, load_policy_weights
+        from drmas_train.policy_ops import load_policy_weights, sync_engine
 
         load_policy_weights(self.policies[name], tensors)
-        Trainer._sync(_ConfigHolder(None), self.policies[name])
+        sync_engine(self.policies[name])
 
     def learner_state(self, name: str) -> dict[str, Any]:
         return self.learners[name].state_dict()
 
     def load_learner_state(self, name: str, state: dict[str, Any]) -> None:
         self.learners[name].load_state_dict(state)
-
-
-@dataclass
-class _ConfigHolder:
-    cfg: Any
 
 
 # ---- driver-side proxies --------------------------------------------------------------------------
@@ -159,9 +165,16 @@ class RemotePolicy:
         yield from self.weights().items()
 
     def weights(self) -> dict[str, Any]:
+        """The policy's weights, fetched from its worker (what a checkpoint holds)."""
         import ray
 
         return ray.get(self.worker.weights.remote(self.name))
+
+    def load_weights(self, tensors: dict[str, Any]) -> None:
+        """Load checkpointed weights in the worker, which also pushes them into its engine."""
+        import ray
+
+        ray.get(self.worker.load_weights.remote(self.name, tensors))
 
 
 class RemoteLearner:
@@ -187,33 +200,68 @@ class RemoteLearner:
 
 
 # ---- building -------------------------------------------------------------------------------------
-def start_ray(placement: PlacementConfig) -> None:
-    """Join `ray_address`, or start a local Ray sized to the pools (no-op if Ray is already up)."""
+def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = None) -> bool:
+    """Join `ray_address`, or start a local Ray with enough logical CPUs for the pools `sizes`.
+
+    Returns:
+        True when this call started (or joined) Ray, False when Ray was already up in this process.
+
+    """
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     if placement.ray_address:
         ray.init(address=placement.ray_address)
-        return
-    ray.init(include_dashboard=False, log_to_driver=False)
+        return True
+    # Logical CPUs: pools bigger than the machine still get scheduled (and share its cores).
+    wanted = math.ceil(sum(p.cpus for p in (sizes or {}).values()))
+    ray.init(num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False)
+    return True
 
 
-def _pool_sizes(placement: PlacementConfig, names: Sequence[str]) -> dict[str, PoolSize]:
+def placed_workers(placement: PlacementConfig, assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
+    """The workers to start and the agents each serves: one for every model in shared mode."""
     if placement.mode == "shared":
-        return {"__shared__": placement.shared_pool}
+        return {"shared": list(agents)}
+    return worker_groups(assignment, agents)
+
+
+def pool_sizes(placement: PlacementConfig, assignment: str, agents: Sequence[str]) -> dict[str, PoolSize]:
+    """The pools to create, by worker name (one pool per worker)."""
+    if placement.mode == "shared":
+        return {"shared": placement.shared_pool}
+    names = list(worker_groups(assignment, agents))
     unknown = set(placement.pools) - set(names)
     if unknown:
         raise ValueError(f"placement.pools names unknown workers {sorted(unknown)}; workers: {list(names)}")
     return {n: placement.pools.get(n, placement.default_pool) for n in names}
 
 
-def build_placed(cfg: Any, agents: Sequence[str], placement: PlacementConfig, lora_ranks: dict[str, int] | None = None):
+def build_placed(
+    cfg: Any,
+    agents: Sequence[str],
+    placement: PlacementConfig,
+    lora_ranks: dict[str, int] | None = None,
+    *,
+    handles: list[Any] | None = None,
+):
     """Start the workers on their pools; return (policies, learners, handles) for the trainer.
 
+    Args:
+        cfg: the `TrainConfig` (pickled to every worker).
+        agents: the env's agents, in order.
+        placement: where the workers go.
+        lora_ranks: per-agent LoRA ranks.
+        handles: a list to append Ray handles to as they are made, so a caller can free them if
+            building fails half-way.
+
     Returns:
-        `policies` (name -> RemotePolicy), `learners` (name -> RemoteLearner) and a list of Ray handles
-        (actors and placement groups) to keep alive; `shutdown(handles)` frees them.
+        `policies` (name -> RemotePolicy), `learners` (name -> RemoteLearner) and the list of Ray
+        handles (actors and placement groups) to keep alive; `shutdown(handles)` frees them.
+
+    Raises:
+        TimeoutError: the cluster did not grant the pools within `placement.ready_timeout_s`.
 
     """
     import ray
@@ -223,27 +271,39 @@ def build_placed(cfg: Any, agents: Sequence[str], placement: PlacementConfig, lo
 
     if placement.mode == "none":
         raise ValueError("build_placed needs placement.mode shared or per_agent")
-    start_ray(placement)
-    groups = worker_groups(cfg.models.assignment, agents)
-    sizes = _pool_sizes(placement, list(groups))
+    groups = placed_workers(placement, cfg.models.assignment, agents)
+    sizes = pool_sizes(placement, cfg.models.assignment, agents)
+    start_ray(placement, sizes)
+    handles = [] if handles is None else handles
     pgs = {}
     for pool, size in sizes.items():
         bundle = {"CPU": size.cpus, **({"GPU": size.gpus} if size.gpus else {})}
         pgs[pool] = placement_group([bundle], strategy="PACK")
-    ray.get([pg.ready() for pg in pgs.values()])
+        handles.append(pgs[pool])
+    try:
+        ray.get([pg.ready() for pg in pgs.values()], timeout=placement.ready_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        asked = {pool: _describe(size) for pool, size in sizes.items()}
+        raise TimeoutError(
+            f"Ray did not grant the pools {asked} within {placement.ready_timeout_s:.0f} s; "
+            f"the cluster has {ray.cluster_resources()}"
+        ) from None
     actor_cls = ray.remote(PolicyWorker)
-    policies, learners, handles = {}, {}, list(pgs.values())
-    share = len(groups) if placement.mode == "shared" else 1  # workers of one shared pool split it
+    policies, learners = {}, {}
+    workers = []
     for wname, wagents in groups.items():
-        pool = "__shared__" if placement.mode == "shared" else wname
-        size = sizes[pool]
+        size = sizes[wname]
         worker = actor_cls.options(
-            num_cpus=size.cpus / share,
-            num_gpus=size.gpus / share,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[pool], placement_group_bundle_index=0),
-        ).remote(cfg, wagents, dict(lora_ranks or {}), int(cfg.threads or max(1, size.cpus / share)))
+            num_cpus=size.cpus,
+            num_gpus=size.gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=0),
+        ).remote(cfg, wagents, dict(lora_ranks or {}), int(cfg.threads or max(1, size.cpus)))
         handles.append(worker)
-        for pname, info in ray.get(worker.describe.remote()).items():
+        workers.append(worker)
+    # The workers build their models at the same time; wait for all of them only now.
+    described = ray.get([w.describe.remote() for w in workers])
+    for worker, infos in zip(workers, described):
+        for pname, info in infos.items():
             tokenizer = AutoTokenizer.from_pretrained(info["path"])
             if tokenizer.pad_token_id is None:
                 tokenizer.pad_token = tokenizer.eos_token
@@ -260,33 +320,6 @@ def build_placed(cfg: Any, agents: Sequence[str], placement: PlacementConfig, lo
     return policies, learners, handles
 
 
-def attach(trainer: Any, placement: PlacementConfig) -> list[Any]:
-    """Move a built trainer's policies and learners into Ray workers; return the handles to keep.
-
-    A stop-gap hook until the trainer builds placed policies itself: the trainer's rollout, update
-    loop, metrics and checkpoints stay unchanged and talk to the proxies. The trainer's local models
-    are replaced (and freed) at once.
-    """
-    from drmas_train.models.assignment import agent_to_policy
-
-    lora_ranks = {a: o.lora_rank for a, o in trainer.cfg.agents.items() if o.lora_rank is not None}
-    policies, learners, handles = build_placed(trainer.cfg, trainer.agents, placement, lora_ranks)
-    if set(policies) != set(trainer.policies):
-        raise RuntimeError(f"placed policies {sorted(policies)} differ from the trainer's {sorted(trainer.policies)}")
-    import ray
-
-    # Hand the trainer's current state over (initial or resumed weights, optimizer state), so a placed
-    # run continues exactly where the single-process objects stood.
-    calls = []
-    for name, remote in policies.items():
-        calls.append(remote.worker.load_weights.remote(name, trainer.policies[name].weights()))
-        calls.append(remote.worker.load_learner_state.remote(name, trainer.learners[name].state_dict()))
-    ray.get(calls)
-    trainer.policies, trainer.learners = policies, learners
-    trainer.serving = agent_to_policy(policies)
-    return handles
-
-
 def shutdown(handles: Iterable[Any]) -> None:
     """Kill the workers and remove the placement groups."""
     import ray
@@ -299,6 +332,5 @@ def shutdown(handles: Iterable[Any]) -> None:
             ray.kill(h)
 
 
-def to_dict(placement: PlacementConfig) -> dict[str, Any]:
-    """The config as plain data (for logs)."""
-    return dataclasses.asdict(placement)
+def _describe(size: PoolSize) -> str:
+    return f"{size.cpus:g} CPU" + (f" + {size.gpus:g} GPU" if size.gpus else "")

@@ -20,14 +20,16 @@ Each step, in order:
    shares the learner's module).
 7. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
    atomic checkpoint with weights, optimizer and RNG states and the data position.
+
+With `placement.mode` shared or per_agent the policies and learners live in Ray workers
+(`drmas_train.placement`): the loop is the same, against proxies; each worker syncs its own engine
+after its update; checkpoints fetch weights and optimizer states from the workers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,19 +43,15 @@ from drmas_train import advantages as adv_mod
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config
-from drmas_train.learner import Learner
 from drmas_train.metrics import step_metrics
-from drmas_train.models.assignment import Policy, agent_to_policy, build_policies
+from drmas_train.models.assignment import agent_to_policy, build_policies
+from drmas_train.policy_ops import load_policy_weights, make_learner, seed_everything, sync_engine
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
 
 log = logging.getLogger(__name__)
 
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+__all__ = ["Trainer", "load_policy_weights", "make_learner", "seed_everything", "sync_engine"]
 
 
 class Trainer:
@@ -62,6 +60,9 @@ class Trainer:
     Args:
         cfg: the resolved configuration.
         resume: continue from the latest complete checkpoint in `cfg.log.run_dir`, if any.
+
+    With `cfg.placement.mode` other than "none" the models are built in Ray workers only (never
+    loaded here); `train()` frees the workers when it ends, or call `close()`.
 
     """
 
@@ -79,22 +80,29 @@ class Trainer:
         self.env_kwargs = self._env_kwargs(probe)
         self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
         self.n_tasks = len(probe.unwrapped.tasks)
-        lora_ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
-        self.policies = build_policies(cfg.models, self.agents, seed=cfg.seed, lora_ranks=lora_ranks)
-        self.serving = agent_to_policy(self.policies)
-        self.sampling = {a: self._sampling(a) for a in self.agents}
-        self.learners = {name: self._learner(p) for name, p in self.policies.items()}
-        n_envs = cfg.rollout.prompts_per_step * cfg.rollout.group_size
-        self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
-        self.step = 0
-        self.cursor = 0  # tasks consumed so far: the data position
-        if resume:
-            self._resume()
-        for policy in self.policies.values():
-            self._sync(policy)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
-        self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
+        self.placed = cfg.placement.mode != "none"
+        self.ray_handles: list[Any] = []  # a placed run's Ray workers and placement groups
+        self._own_ray = False  # whether this trainer started Ray (and so shuts it down)
+        self.runlog: RunLog | None = None
+        try:
+            self._build_policies()
+            self.serving = agent_to_policy(self.policies)
+            self.sampling = {a: self._sampling(a) for a in self.agents}
+            n_envs = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+            self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
+            self.step = 0
+            self.cursor = 0  # tasks consumed so far: the data position
+            if resume:
+                self._resume()
+            if not self.placed:  # placed workers synced their engines when they built or loaded weights
+                for policy in self.policies.values():
+                    sync_engine(policy)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+            self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
+        except BaseException:
+            self.close()
+            raise
 
     # ---- setup helpers ---------------------------------------------------------------------------
     def _env_kwargs(self, probe: Any) -> dict[str, Any]:
@@ -116,41 +124,36 @@ class Trainer:
             max_new_tokens=r.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
         )
 
-    def _learner(self, policy: Policy) -> Learner:
-        """One learner per policy; per-agent lr / micro-batch overrides apply to the agent's own policy."""
-        changes = {}
-        for knob in ("lr", "micro_batch_size"):
-            values = {getattr(self.cfg.agent(a), knob) for a in policy.agents} - {None}
-            if len(values) > 1 or (values and len(policy.agents) > 1):
-                raise ValueError(
-                    f"agents {policy.agents} share policy {policy.name!r}, so they cannot have their own {knob}; "
-                    "use assignment per_agent or lora"
-                )
-            if values:
-                changes[knob] = values.pop()
-        config = dataclasses.replace(self.cfg.learner, **changes)
-        params = [p for _, p in policy.trainable()]
-        for p in params:
-            p.requires_grad_(True)
-        return Learner(
-            policy.module,
-            config,
-            name=policy.name,
-            param_groups=[{"params": params}],
-            pad_token_id=policy.tokenizer.pad_token_id,
+    def _build_policies(self) -> None:
+        """Policies and learners: here (placement none), or in Ray workers on their pools."""
+        cfg = self.cfg
+        lora_ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
+        if not self.placed:
+            self.policies = build_policies(cfg.models, self.agents, seed=cfg.seed, lora_ranks=lora_ranks)
+            self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+            return
+        from drmas_train import placement
+
+        sizes = placement.pool_sizes(cfg.placement, cfg.models.assignment, self.agents)
+        self._own_ray = placement.start_ray(cfg.placement, sizes)
+        self.policies, self.learners, self.ray_handles = placement.build_placed(
+            cfg, self.agents, cfg.placement, lora_ranks, handles=self.ray_handles
         )
 
-    def _sync(self, policy: Policy) -> None:
-        """Push the policy's weights into its engine."""
-        backend = policy.backend
-        if policy.adapter is not None and hasattr(backend, "load_adapter_tensors"):
-            from peft import get_peft_model_state_dict
+    def close(self) -> None:
+        """Close the logs and free the Ray workers and pools of a placed run (idempotent)."""
+        if self.runlog is not None:
+            self.runlog.close()
+        if self.ray_handles:
+            from drmas_train import placement
 
-            tensors = get_peft_model_state_dict(policy.module, adapter_name=policy.adapter)
-            config = policy.module.peft_config[policy.adapter].to_dict()
-            backend.load_adapter_tensors(policy.adapter, tensors.items(), config)
-        else:
-            backend.load_weights(policy.trainable())
+            handles, self.ray_handles = self.ray_handles, []
+            placement.shutdown(handles)
+        if self._own_ray:
+            import ray
+
+            self._own_ray = False
+            ray.shutdown()
 
     def _next_tasks(self) -> list[int]:
         """The next B task indices (a new seeded permutation per pass over the data)."""
@@ -181,7 +184,10 @@ class Trainer:
             return
         ckpt = load_checkpoint(folder)
         for name, policy in self.policies.items():
-            load_policy_weights(policy, ckpt["weights"][name])
+            if self.placed:  # the worker loads them and syncs its engine
+                policy.load_weights(ckpt["weights"][name])
+            else:
+                load_policy_weights(policy, ckpt["weights"][name])
             self.learners[name].load_state_dict(ckpt["learners"][name])
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["state"]["step"])
@@ -208,7 +214,8 @@ class Trainer:
         t1 = time.perf_counter()
         for name, learner in self.learners.items():  # models one after another
             updates[name] = learner.update([r for r in batch.records if r.model == name])
-            self._sync(self.policies[name])
+            if not self.placed:  # a placed worker syncs its own engine after the update
+                sync_engine(self.policies[name])
         t_update = time.perf_counter() - t1
         self.step += 1
         row = step_metrics(self.step, batch, updates, self.agents)
@@ -250,7 +257,10 @@ class Trainer:
         return firsts[:k]
 
     def train(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """Run until `cfg.steps` steps are done; return this call's metric rows."""
+        """Run until `cfg.steps` steps are done; return this call's metric rows.
+
+        The logs are closed and a placed run's workers freed at the end, also on an exception.
+        """
         rows = []
         try:
             while self.step < self.cfg.steps:
@@ -259,16 +269,5 @@ class Trainer:
                 if on_step is not None:
                     on_step(row)
         finally:
-            self.runlog.close()
+            self.close()
         return rows
-
-
-def load_policy_weights(policy: Policy, tensors: dict[str, torch.Tensor]) -> None:
-    """Load what `Policy.weights` saved back into the policy's module."""
-    if policy.adapter is None:
-        policy.module.load_state_dict(tensors)
-        return
-    params = dict(policy.module.named_parameters())
-    with torch.no_grad():
-        for name, t in tensors.items():
-            params[name].copy_(t)

@@ -27,6 +27,7 @@ SCRIPT = r"""
 import importlib.util, json, sys
 assert importlib.util.find_spec("torch") is None, "torch is installed"
 import drmas_envs
+import drmas_envs.cli, drmas_envs.openai_policy  # the served-model evaluation path is torch-free too
 from drmas_envs.math import grade
 env = drmas_envs.make("math-2agent", level=1, n_per_level=20)
 env.reset(seed=0)
@@ -38,7 +39,11 @@ def policy(agent, observations):
     return ["\\boxed{%s}" % answers[o["user"].split("\n")[1]] for o in observations]
 
 res = drmas_envs.evaluate(policy, "math-2agent", k=2, n_problems=5, level=1, n_per_level=20)
+search = drmas_envs.make("search-2agent")  # the embedded world with in-process BM25
+search.reset(seed=0)
+search.step("<search>" + search.unwrapped.workflow.task["question"] + "</search>")
 print(json.dumps({
+    "search_obs": search.observe(search.agent_selection)["user"],
     "result": res,
     "math_verify": grade("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
     "file": drmas_envs.__file__,
@@ -77,5 +82,6 @@ def test_light_install_has_no_torch_and_works(tmp_path):
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert str(env_dir) in report["file"]  # the installed copy, not the checkout
     assert report["torch_loaded"] is False
+    assert "Doc 1" in report["search_obs"]
     assert report["math_verify"] is True
     assert report["result"]["avg@2"] == 1.0 and report["result"]["n_problems"] == 5

@@ -108,3 +108,22 @@ def test_resolve_model_names(tmp_path):
     assert resolve_model(str(tmp_path)) == tmp_path  # a local folder is used as is
     with pytest.raises(FileNotFoundError, match="not a local folder"):
         resolve_model(str(tmp_path / "missing-model"))
+
+
+def test_placement_and_backend_flags_round_trip_through_yaml(tmp_path):
+    from drmas_train.config import save_config
+
+    argv = ["--placement", "per_agent", "--ray-address", "auto", "--backend", "vllm"]
+    argv += ["--set", "placement.pools.solver.cpus=2", "--placement.pools.verifier.gpus", "1"]
+    args, overrides = parse_train_args(argv)
+    cfg = build_config("smoke", overrides)
+    assert cfg.placement.mode == "per_agent" and cfg.placement.ray_address == "auto"
+    assert cfg.models.backend == "vllm"
+    assert cfg.placement.pools["solver"].cpus == 2.0 and cfg.placement.pools["verifier"].gpus == 1.0
+    save_config(cfg, tmp_path / "config.yaml")
+    assert build_config(str(tmp_path / "config.yaml")) == cfg
+    assert build_config("smoke").placement.mode == "none"  # the single-process default
+    with pytest.raises(SystemExit):
+        parse_train_args(["--placement", "everywhere"])
+    with pytest.raises(ValueError, match="cpus > 0"):
+        build_config("smoke", {"placement.default_pool.cpus": 0})

@@ -3,18 +3,26 @@
 The smoke preset with one model per agent (two models), 2 steps, 1 torch thread everywhere: the
 per-model gradient norms of both placed runs must equal the single-process run's (tolerance 1e-5
 relative; the same ops run on the same data in the same order, so they agree to the last bits here).
+Step 1 runs `--placement shared` through the real CLI in a subprocess that joins the test's local Ray
+with `--ray-address`; step 2 resumes that checkpoint in-process with `placement.mode: per_agent`
+(fresh workers, one pool per model). Chaining the two keeps the file to three Ray workers (each
+costs 5-10 s here, mostly importing torch and transformers in the actor).
 """
 
+import json
 import math
+import subprocess
+import sys
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.util.placement_group import PlacementGroup  # noqa: E402
+from ray.util.placement_group import PlacementGroup, placement_group_table  # noqa: E402
 
+from drmas_train.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
-from drmas_train.placement import PlacementConfig, PoolSize, attach, shutdown, worker_groups  # noqa: E402
+from drmas_train.placement import PlacementConfig, worker_groups  # noqa: E402
 from drmas_train.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -24,48 +32,73 @@ KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verif
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
-def _cfg(tmp_path, name):
-    return build_config("smoke", {"log.run_dir": str(tmp_path / name), "models.assignment": "per_agent"})
+def _cfg(run_dir, **overrides):
+    return build_config("smoke", {"log.run_dir": str(run_dir), "models.assignment": "per_agent", **overrides})
 
 
 @pytest.fixture(scope="module")
 def single_process(tmp_path_factory):
-    return Trainer(_cfg(tmp_path_factory.mktemp("single"), "run")).train()
+    return Trainer(_cfg(tmp_path_factory.mktemp("single") / "run")).train()
 
 
-def test_worker_groups():
-    assert worker_groups("per_agent", ["a", "b"]) == {"a": ["a"], "b": ["b"]}
-    assert worker_groups("lora", ["a", "b"]) == {"lora": ["a", "b"]}
-    with pytest.raises(ValueError):
-        PlacementConfig(mode="everywhere")
-
-
-@pytest.mark.parametrize(
-    "placement",
-    [
-        PlacementConfig(mode="shared", shared_pool=PoolSize(cpus=2)),
-        PlacementConfig(mode="per_agent", pools={"solver": PoolSize(cpus=1), "verifier": PoolSize(cpus=1)}),
-    ],
-    ids=["shared", "per_agent"],
-)
-def test_placed_training_matches_the_single_process(placement, single_process, local_ray, tmp_path):
-    trainer = Trainer(_cfg(tmp_path, placement.mode))
-    handles = attach(trainer, placement)
-    try:
-        rows = trainer.train()
-        # where the workers ran: one pool, or one pool each
-        pgs = {h.id for h in handles if isinstance(h, PlacementGroup)}
-        assert len(pgs) == (1 if placement.mode == "shared" else 2)
-        saved = trainer.policies["solver"].weights()  # checkpoints read the weights back from the worker
-        assert saved and all(math.isfinite(float(t.abs().sum())) for t in saved.values())
-    finally:
-        shutdown(handles)
+def _assert_same_numbers(rows, reference):
     assert [r["step"] for r in rows] == [1, 2]
-    for got, ref in zip(rows, single_process):
+    for got, ref in zip(rows, reference):
         for key in KEYS:
             assert got[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), key
     assert any(r["grad_norm/solver"] > 0 for r in rows)
+
+
+def _removed(pg_ids):
+    """Whether Ray has removed these placement groups (ids in hex)."""
+    table = placement_group_table()
+    return all(table[i]["state"] == "REMOVED" for i in pg_ids)
+
+
+def test_worker_groups_and_bad_placements(local_ray, tmp_path):
+    assert worker_groups("per_agent", ["a", "b"]) == {"a": ["a"], "b": ["b"]}
+    assert worker_groups("lora", ["a", "b"]) == {"lora": ["a", "b"]}
+    with pytest.raises(ValueError, match="placement.mode"):
+        PlacementConfig(mode="everywhere")
+    with pytest.raises(ValueError, match="unknown workers"):
+        Trainer(_cfg(tmp_path / "a", **{"placement.mode": "per_agent", "placement.pools.nobody.cpus": 1}))
+    # A pool the cluster cannot grant fails with a clear error, and the trainer frees what it made.
+    overrides = {"placement.mode": "shared", "placement.shared_pool.cpus": 64, "placement.ready_timeout_s": 0.5}
+    before = set(placement_group_table())
+    with pytest.raises(TimeoutError, match="did not grant the pools"):
+        Trainer(_cfg(tmp_path / "b", **overrides))
+    made = {k for k, v in placement_group_table().items() if k not in before and v["bundles"][0]["CPU"] == 64}
+    assert len(made) == 1 and _removed(made)
+
+
+def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(single_process, local_ray, tmp_path):
+    run = tmp_path / "run"
+    # Step 1: the real CLI in a subprocess: one worker holding both models, on one pool of the test's Ray.
+    argv = ["--preset", "smoke", "--assignment", "per_agent", "--steps", "1", "--run-dir", str(run)]
+    argv += ["--placement", "shared", "--ray-address", local_ray, "--set", "placement.shared_pool.cpus=2"]
+    argv += ["--set", "log.tensorboard=false"]  # saves importing TensorBoard in the subprocess
+    out = subprocess.run([sys.executable, "-m", "drmas_train", *argv], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "mode: shared" in (run / "config.yaml").read_text()
+    assert _removed(placement_group_table())  # every pool so far freed, the CLI's included
+
+    # Step 2: resume that checkpoint into fresh per_agent workers (weights and optimizer states go from
+    # the checkpoint to the workers), one pool per model.
+    pools = {"placement.mode": "per_agent", "placement.pools.solver.cpus": 1, "placement.pools.verifier.cpus": 1}
+    trainer = Trainer(_cfg(run, steps=2, **pools), resume=True)
+    assert trainer.step == 1
+    assert all(not hasattr(p, "module") for p in trainer.policies.values())  # no model was loaded here
+    pg_ids = {h.id.hex() for h in trainer.ray_handles if isinstance(h, PlacementGroup)}
+    assert len(pg_ids) == 2
+    trainer.train()
+    assert not trainer.ray_handles and _removed(pg_ids)  # train() freed the workers and pools
+
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    _assert_same_numbers(rows, single_process)
+    ckpt = load_checkpoint(latest_checkpoint(run / "checkpoints"))  # fetched from the workers
+    assert ckpt["state"]["step"] == 2 and set(ckpt["weights"]) == set(ckpt["learners"]) == {"solver", "verifier"}
+    assert all(math.isfinite(float(t.abs().sum())) for t in ckpt["weights"]["solver"].values())

@@ -5,7 +5,6 @@ The on-disk store keeps a large corpus out of RAM: a lookup reads one line at a 
 
 from __future__ import annotations
 
-import gzip
 import json
 import mmap
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drmas_envs.data import DataError
+from drmas_envs.data import DataError, iter_jsonl_numbered
 from drmas_envs.search.retrievers.base import passage_fields
 
 Record = tuple[str, str, str]
@@ -34,28 +33,12 @@ def iter_corpus(path: str | os.PathLike) -> Iterator[Record]:
         DataError: a malformed line; the message names the file and line.
 
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    index = 0
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(item, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(item).__name__}")
-            try:
-                title, text = passage_fields(item, where)
-            except ValueError as exc:
-                raise DataError(str(exc)) from None
-            yield str(item.get("id", index)), title, text
-            index += 1
+    for index, (lineno, item) in enumerate(iter_jsonl_numbered(path)):
+        try:
+            title, text = passage_fields(item, f"{path}:{lineno}")
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+        yield str(item.get("id", index)), title, text
 
 
 class MemoryStore:
@@ -113,4 +96,3 @@ class DiskStore:
 
 
 PassageStore = MemoryStore | DiskStore
-

@@ -1,0 +1,82 @@
+"""What the trainer and a Ray placement worker both do with a policy: seed, build its learner, sync, load.
+
+Module-level so that `placement.PolicyWorker` builds learners and syncs engines exactly as the
+single-process `Trainer` does, without a trainer of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmas_train.learner import Learner
+from drmas_train.models.assignment import Policy
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_learner(cfg: Any, policy: Policy) -> Learner:
+    """The learner of one policy; per-agent lr / micro-batch overrides apply to the agent's own policy.
+
+    Args:
+        cfg: the `TrainConfig` (its `learner` section and `agent(name)` overrides are read).
+        policy: the policy to train; its trainable parameters get `requires_grad`.
+
+    Raises:
+        ValueError: agents that share one policy ask for different lr / micro-batch sizes.
+
+    """
+    changes = {}
+    for knob in ("lr", "micro_batch_size"):
+        values = {getattr(cfg.agent(a), knob) for a in policy.agents} - {None}
+        if len(values) > 1 or (values and len(policy.agents) > 1):
+            raise ValueError(
+                f"agents {policy.agents} share policy {policy.name!r}, so they cannot have their own {knob}; "
+                "use assignment per_agent or lora"
+            )
+        if values:
+            changes[knob] = values.pop()
+    config = dataclasses.replace(cfg.learner, **changes)
+    params = [p for _, p in policy.trainable()]
+    for p in params:
+        p.requires_grad_(True)
+    return Learner(
+        policy.module,
+        config,
+        name=policy.name,
+        param_groups=[{"params": params}],
+        pad_token_id=policy.tokenizer.pad_token_id,
+    )
+
+
+def sync_engine(policy: Policy) -> None:
+    """Push the policy's weights (or its LoRA adapter) into its generation engine."""
+    backend = policy.backend
+    if policy.adapter is not None and hasattr(backend, "load_adapter_tensors"):
+        from peft import get_peft_model_state_dict
+
+        tensors = get_peft_model_state_dict(policy.module, adapter_name=policy.adapter)
+        config = policy.module.peft_config[policy.adapter].to_dict()
+        backend.load_adapter_tensors(policy.adapter, tensors.items(), config)
+    else:
+        backend.load_weights(policy.trainable())
+
+
+def load_policy_weights(policy: Policy, tensors: dict[str, torch.Tensor]) -> None:
+    """Load what `Policy.weights` saved back into the policy's module (the engine is not synced)."""
+    if policy.adapter is None:
+        policy.module.load_state_dict(tensors)
+        return
+    params = dict(policy.module.named_parameters())
+    with torch.no_grad():
+        for name, t in tensors.items():
+            params[name].copy_(t)
