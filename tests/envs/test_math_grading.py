@@ -14,7 +14,8 @@ from drmas_envs.math.grading import Grader, default_grader, fast_grade, normalis
 
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or Path(__file__).parents[2].parent / "shared" / "data") / "math"
 BOUND = 1.0  # the grader's hard bound in these tests, seconds
-SLACK = 60.0  # worker restarts and scheduling on a loaded 2-core machine; without the bound these checks run for minutes
+# worker restarts and scheduling on a loaded 2-core machine; without the bound these checks run for minutes
+SLACK = 60.0
 
 
 @pytest.fixture(scope="module")
