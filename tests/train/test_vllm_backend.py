@@ -30,6 +30,10 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
+    # bm25s loads numba/llvmlite, whose ctypes wrapper once crashed vLLM's start-up (see
+    # VLLMBackend._llvmlite_hidden); a training process with a search env has it loaded.
+    import bm25s  # noqa: F401
+
     backend = VLLMBackend(
         model_dir, VLLMConfig(max_model_len=512, kv_cache_gib=0.0625, enable_lora=True, max_lora_rank=8)
     )

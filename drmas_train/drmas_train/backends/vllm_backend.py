@@ -29,8 +29,10 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,22 @@ class VLLMBackend:
             kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras)
         return kwargs
 
+    @staticmethod
+    @contextmanager
+    def _llvmlite_hidden() -> Iterator[None]:
+        """Hide `llvmlite.binding.ffi` from `sys.modules` while the engine starts.
+
+        vLLM 0.32's kernel dispatcher scans every loaded module's namespace at start-up and crashes on
+        llvmlite's ctypes library wrapper ("'_lib_fn_wrapper' object has no attribute 'get'"), which
+        is loaded whenever numba is, e.g. by bm25s in the search envs.
+        """
+        hidden = sys.modules.pop("llvmlite.binding.ffi", None)
+        try:
+            yield
+        finally:
+            if hidden is not None:
+                sys.modules["llvmlite.binding.ffi"] = hidden
+
     def _build_engine(self) -> Any:
         import torch
         from vllm import LLM
@@ -140,7 +158,8 @@ class VLLMBackend:
         if self.config.in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
-            llm = LLM(**self._engine_kwargs())
+            with self._llvmlite_hidden():
+                llm = LLM(**self._engine_kwargs())
         finally:
             if self.config.in_process:
                 if saved is None:

@@ -1,0 +1,53 @@
+"""Plot one training run's curves (rewards, accuracy, format validity, grad norm) from its metrics.jsonl.
+
+.venv/bin/python benchmarks/plot_run.py runs/cpu --out benchmarks/results/cpu_default/curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PANELS = [
+    ("team reward and accuracy", ["reward/team", "accuracy"]),
+    ("per-agent reward (team reward - format penalties)", ["reward/solver", "reward/verifier"]),
+    ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
+    ("pre-clip gradient norm", ["grad_norm/shared"]),
+]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--out", required=True)
+    p.add_argument("--smooth", type=int, default=5, help="moving-average window drawn over the raw curve")
+    args = p.parse_args()
+    rows = [json.loads(line) for line in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
+    for ax, (title, keys) in zip(axes, PANELS):
+        for key in keys:
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            if not pts:
+                continue
+            steps, vals = zip(*pts)
+            line = ax.plot(steps, vals, alpha=0.35)[0]
+            w = max(1, min(args.smooth, len(vals)))
+            windows = [vals[max(0, i - w + 1) : i + 1] for i in range(len(vals))]
+            avg = [sum(win) / len(win) for win in windows]
+            ax.plot(steps, avg, color=line.get_color(), label=f"{key} ({w}-step mean)")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
