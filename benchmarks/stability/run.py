@@ -4,9 +4,12 @@
         --estimators grpo,drmas,pooled,rloo --seeds 0,1 [--set key=value ...]
 
 Every (estimator, seed) pair is one `drmas-train` run into `<runs-dir>/<name>/<estimator>-s<seed>`,
-one after another (the models of a run are updated one after another too). A run whose
-metrics.jsonl already has `--steps` rows is not rerun, so an interrupted benchmark continues
-where it stopped; `--report-only` just rebuilds the report. The report (README.md with tables,
+one after another (the models of a run are updated one after another too). Every run is started
+with `--resume`, so a run whose metrics.jsonl already has `--steps` rows is not rerun and an
+interrupted one continues from its last checkpoint (bit-identical to an uninterrupted run).
+`--round-steps N` advances the runs in rounds of N steps (every run to N, then every run to 2N,
+...), so a long benchmark stopped early still compares the estimators over the same steps;
+`--report-only` just rebuilds the report. The report (README.md with tables,
 PNG plots) goes to `benchmarks/results/stability/<name>/`. Extra trainer settings go through
 `--set section.field=value`, exactly as for `drmas-train`.
 """
@@ -29,17 +32,28 @@ ROOT = Path(__file__).resolve().parents[2]
 ESTIMATORS = ("grpo", "drmas", "pooled", "rloo")
 
 
-def train_command(args: argparse.Namespace, estimator: str, seed: int, run_dir: Path) -> list[str]:
-    """The `drmas-train` command line of one run."""
+def train_command(
+    args: argparse.Namespace, estimator: str, seed: int, run_dir: Path, steps: int | None = None
+) -> list[str]:
+    """The `drmas-train` command line of one run, trained up to `steps` (default `--steps`)."""
     cmd = [sys.executable, "-m", "drmas_train"]
     if args.preset:
         cmd += ["--preset", args.preset]
     if args.env:
         cmd += ["--env", args.env]
-    cmd += ["--estimator", estimator, "--seed", str(seed), "--steps", str(args.steps), "--run-dir", str(run_dir)]
+    steps = args.steps if steps is None else steps
+    cmd += ["--estimator", estimator, "--seed", str(seed), "--steps", str(steps), "--run-dir", str(run_dir)]
+    cmd += ["--resume"]
     for item in args.set:
         cmd += ["--set", item]
     return cmd
+
+
+def round_targets(steps: int, round_steps: int | None) -> list[int]:
+    """The step counts every run is brought to, one round after another: [steps] without rounds."""
+    if not round_steps or round_steps >= steps:
+        return [steps]
+    return [*range(round_steps, steps, round_steps), steps]
 
 
 def is_complete(run_dir: Path, steps: int) -> bool:
@@ -55,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--estimators", default=",".join(ESTIMATORS))
     p.add_argument("--seeds", default="0")
+    p.add_argument("--round-steps", type=int, default=None, help="advance every run by this many steps per round")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any trainer config field")
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "stability"))
     p.add_argument("--out", default=None, help="default: benchmarks/results/stability/<name>")
@@ -72,20 +87,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs_root = Path(args.runs_dir) / args.name
-    run_dirs = []
-    for estimator in args.estimators:
-        for seed in args.seeds:
-            run_dir = runs_root / f"{estimator}-s{seed}"
-            run_dirs.append(run_dir)
-            cmd = train_command(args, estimator, seed, run_dir)
+    runs = [(e, s, runs_root / f"{e}-s{s}") for e in args.estimators for s in args.seeds]
+    run_dirs = [d for _, _, d in runs]
+    for target in round_targets(args.steps, args.round_steps):
+        for estimator, seed, run_dir in runs:
+            cmd = train_command(args, estimator, seed, run_dir, target)
             if args.dry_run:
                 print(shlex.join(cmd))
                 continue
-            if args.report_only or is_complete(run_dir, args.steps):
+            if args.report_only or is_complete(run_dir, target):
                 continue
             run_dir.mkdir(parents=True, exist_ok=True)
-            print(f"running {estimator} seed {seed} -> {run_dir}", flush=True)
-            with (run_dir / "train.log").open("w") as log:
+            print(f"running {estimator} seed {seed} to step {target} -> {run_dir}", flush=True)
+            with (run_dir / "train.log").open("a") as log:
                 rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
             if rc != 0:
                 print(f"  failed (exit {rc}); see {run_dir / 'train.log'}", flush=True)

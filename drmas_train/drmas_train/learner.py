@@ -16,6 +16,9 @@ Choices stated once:
   per-agent lr (own model or own LoRA adapter). Gradient clipping at 1.0 on the global norm.
 - The pre-clip global gradient norm is returned every optimizer step as `grad_norm` (the stability
   metric). A non-finite norm skips the step: no optimizer update, gradients zeroed, `skipped` = 1.
+- Data-parallel (`dp`, see `distributed`): every rank gets the same records, computes its share of
+  the micro-batches, and the summed gradients equal the one-process gradient; metrics are summed
+  over the ranks, so every rank returns the same numbers.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.distributed import DataParallel
 from drmas_train.learner_utils import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
 from drmas_train.loss import entropy_from_logits, kl_k3, make_batch, ppo_token_losses, response_logits, token_logprobs
 from drmas_train.records import CallRecord
@@ -105,6 +109,7 @@ class Learner:
         ref_model: the frozen reference for the KL term; when `kl_coef > 0` and None, the base
             model with adapters disabled (peft) or a frozen copy of `model` taken now.
         pad_token_id: the id used for padding (its value never matters: padded positions are masked).
+        dp: this process's data-parallel group, when the model trains on several ranks (None: alone).
 
     """
 
@@ -117,8 +122,10 @@ class Learner:
         param_groups: Sequence[dict[str, Any]] | None = None,
         ref_model: torch.nn.Module | None = None,
         pad_token_id: int = 0,
+        dp: DataParallel | None = None,
     ) -> None:
         self.model = model
+        self.dp = dp
         self.config = config or PPOConfig()
         self.name = name
         self.pad_token_id = pad_token_id
@@ -212,7 +219,7 @@ class Learner:
                     self._optimizer_step([records[i] for i in mb], [int(i) for i in mb], old, acc)
         finally:
             self.model.train(was_training)
-        return acc.result(n_samples=len(records))
+        return acc.result(n_samples=len(records), dp=self.dp, device=self.params[0].device)
 
     @torch.no_grad()
     def _recompute_old(self, records: Sequence[CallRecord]) -> dict[int, torch.Tensor]:
@@ -244,7 +251,7 @@ class Learner:
             self._accumulate(records, list(range(len(records))), {}, acc)
         finally:
             self.model.train(was_training)
-        return acc.result(n_samples=len(records))
+        return acc.result(n_samples=len(records), dp=self.dp, device=self.params[0].device)
 
     def _optimizer_step(self, records, indices, old, acc: _Accumulator) -> None:
         """One optimizer step on one mini-batch: accumulate gradients, clip, step (or skip)."""
@@ -257,7 +264,8 @@ class Learner:
         cfg = self.config
         n_tokens = sum(len(r.response_ids) for r in records)
         self.optimizer.zero_grad(set_to_none=True)
-        for chunk in chunk_by_adapter(records, range(len(records)), cfg.micro_batch_size):
+        chunks = chunk_by_adapter(records, range(len(records)), cfg.micro_batch_size)
+        for chunk in self.dp.shard(chunks) if self.dp else chunks:
             micro = [records[i] for i in chunk]
             self._activate(micro[0])
             logp, ent, mask = self._forward(micro, with_entropy=True)
@@ -285,6 +293,8 @@ class Learner:
             # Token-mean over the whole mini-batch: divide by its token count, not the micro-batch's.
             ((loss * maskf).sum() / n_tokens).backward()
             acc.add_tokens(maskf, loss=loss, pg=pg, ent=ent, kl=kl, info=info)
+        if self.dp:
+            self.dp.all_reduce_grads(self.params)
 
     def _clip_and_step(self) -> tuple[float, dict[str, float]]:
         """Pre-clip global grad norm; skip the step when it is not finite."""
@@ -312,6 +322,9 @@ class Learner:
         """Restore what `state_dict` saved."""
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
+
+
+_METRIC_KEYS = ("loss", "pg_loss", "entropy", "ratio_mean", "clip_frac", "dual_clip_frac", "kl")
 
 
 class _Accumulator:
@@ -344,7 +357,20 @@ class _Accumulator:
         for k, v in group_norms.items():  # the largest over this update's steps, like grad_norm
             self.group_norms[k] = v if k not in self.group_norms else max(self.group_norms[k], v)
 
-    def result(self, *, n_samples: int) -> dict[str, float]:
+    def reduce(self, dp: DataParallel, device) -> None:
+        """Sum the token-weighted sums and token counts over the ranks (the norms are already global)."""
+        # A rank without micro-batches has no sums yet: reduce a fixed key list, with presence counts.
+        keys = _METRIC_KEYS
+        present = [float(k in self.sums) for k in keys]
+        totals = dp.sum([self.sums.get(k, 0.0) for k in keys] + present + [float(self.tokens)], device)
+        n = len(keys)
+        self.sums = {k: totals[i] for i, k in enumerate(keys) if totals[n + i] > 0}
+        self.tokens = int(totals[-1])
+        self.ratio_max = dp.max(self.ratio_max, device)
+
+    def result(self, *, n_samples: int, dp: DataParallel | None = None, device=None) -> dict[str, float]:
+        if dp is not None:
+            self.reduce(dp, device)
         denom = max(self.tokens, 1)
         out = {k: v / denom for k, v in self.sums.items()}
         finite = [n for n in self.norms if math.isfinite(n)]

@@ -19,11 +19,15 @@ A *worker* is one Ray actor holding its models with their engines and learners. 
 it pushes the new weights into its own engine, so no weights cross the network while training;
 checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
 
+Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Rank 0 is the
+worker above (engine, generation, checkpoints); ranks 1.. hold replicas and learners only. Every
+update goes to all ranks at once, each computes its share of the micro-batches and the gradients
+are summed over torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is
+the one-process step; only rank 0 pushes the new weights into its engine.
+
 Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
-Pools are sized in CPUs and GPUs; a worker uses its pool's devices. Data-parallel training of one
-model across several devices of its pool (torch distributed, FSDP on GPUs) is NOT implemented yet:
-a worker trains on one device.
+Pools are sized in CPUs and GPUs per rank; a rank uses its bundle's devices.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class PoolSize:
     """CPU cores; a worker sets torch's thread count to this (at least 1)."""
     gpus: float = 0.0
     """GPUs; a worker sees only these (Ray sets CUDA_VISIBLE_DEVICES)."""
+    ranks: int = 1
+    """Data-parallel ranks: the pool is `ranks` bundles of `cpus` + `gpus`, one training process each
+    (e.g. 4 GPUs for one model: gpus=1, ranks=4). Rank 0 also generates."""
 
 
 @dataclass
@@ -71,8 +78,8 @@ class PlacementConfig:
         if self.mode not in MODES:
             raise ValueError(f"placement.mode must be one of {MODES}, got {self.mode!r}")
         for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
-            if size.cpus <= 0 or size.gpus < 0:
-                raise ValueError(f"placement pool {name!r} needs cpus > 0 and gpus >= 0, got {size}")
+            if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
+                raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")
 
 
 def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
@@ -88,18 +95,41 @@ def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]
 class PolicyWorker:
     """One worker: builds its policies and learners from the training config, and serves them."""
 
-    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int], threads: int):
+    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int], threads: int, rank: int = 0):
+        import dataclasses
+
         import torch
 
         from drmas_train.models.assignment import build_policies
         from drmas_train.policy_ops import make_learner, seed_everything, sync_engine
 
         torch.set_num_threads(max(1, threads))
+        self.rank = rank
+        models = cfg.models
+        if rank > 0:  # a replica only trains: the transformers wrapper shares its module and costs nothing
+            models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
-        self.policies = build_policies(cfg.models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
+        self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
         self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
         for p in self.policies.values():
             sync_engine(p)
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: the address and free port where the other ranks join the data-parallel group."""
+        from drmas_train.distributed import rendezvous_address
+
+        return rendezvous_address()
+
+    def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float) -> None:
+        """Join the data-parallel group; every replica then starts from rank 0's weights."""
+        from drmas_train.distributed import join
+
+        dp = join(self.rank, world_size, host, port, timeout_s=timeout_s)
+        modules = {id(p.module): p.module for p in self.policies.values()}
+        for module in modules.values():
+            dp.broadcast_module(module)
+        for learner in self.learners.values():
+            learner.dp = dp
 
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
@@ -113,7 +143,8 @@ class PolicyWorker:
         from drmas_train.policy_ops import sync_engine
 
         metrics = self.learners[name].update(records)
-        sync_engine(self.policies[name])
+        if self.rank == 0:
+            sync_engine(self.policies[name])
         return metrics
 
     def weights(self, name: str) -> dict[str, Any]:
@@ -123,7 +154,8 @@ class PolicyWorker:
         from drmas_train.policy_ops import load_policy_weights, sync_engine
 
         load_policy_weights(self.policies[name], tensors)
-        sync_engine(self.policies[name])
+        if self.rank == 0:
+            sync_engine(self.policies[name])
 
     def learner_state(self, name: str) -> dict[str, Any]:
         return self.learners[name].state_dict()
@@ -157,6 +189,9 @@ class RemotePolicy:
     backend: RemoteBackend
     agents: list[str]
     worker: Any
+    """Rank 0's worker (generation, checkpoints)."""
+    ranks: list[Any] = field(default_factory=list)
+    """Every rank's worker, rank 0 first (just `worker` without data parallelism)."""
     adapter: str | None = None
     path: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -171,32 +206,34 @@ class RemotePolicy:
         return ray.get(self.worker.weights.remote(self.name))
 
     def load_weights(self, tensors: dict[str, Any]) -> None:
-        """Load checkpointed weights in the worker, which also pushes them into its engine."""
+        """Load checkpointed weights in every rank; rank 0 also pushes them into its engine."""
         import ray
 
-        ray.get(self.worker.load_weights.remote(self.name, tensors))
+        ray.get([w.load_weights.remote(self.name, tensors) for w in self.ranks or [self.worker]])
 
 
 class RemoteLearner:
-    """Stands in for `learner.Learner` on the driver."""
+    """Stands in for `learner.Learner` on the driver; with data parallelism it drives every rank."""
 
-    def __init__(self, worker: Any, name: str):
-        self.worker, self.name = worker, name
+    def __init__(self, ranks: Sequence[Any], name: str):
+        self.ranks, self.name = list(ranks), name
 
     def update(self, records) -> dict[str, float]:
+        """Update on every rank at once (they meet in the gradient all-reduce); rank 0's metrics."""
         import ray
 
-        return ray.get(self.worker.update.remote(self.name, list(records)))
+        records = list(records)
+        return ray.get([w.update.remote(self.name, records) for w in self.ranks])[0]
 
     def state_dict(self) -> dict[str, Any]:
         import ray
 
-        return ray.get(self.worker.learner_state.remote(self.name))
+        return ray.get(self.ranks[0].learner_state.remote(self.name))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import ray
 
-        ray.get(self.worker.load_learner_state.remote(self.name, state))
+        ray.get([w.load_learner_state.remote(self.name, state) for w in self.ranks])
 
 
 # ---- building -------------------------------------------------------------------------------------
@@ -278,7 +315,7 @@ def build_placed(
     pgs = {}
     for pool, size in sizes.items():
         bundle = {"CPU": size.cpus, **({"GPU": size.gpus} if size.gpus else {})}
-        pgs[pool] = placement_group([bundle], strategy="PACK")
+        pgs[pool] = placement_group([bundle] * size.ranks, strategy="PACK")
         handles.append(pgs[pool])
     try:
         ray.get([pg.ready() for pg in pgs.values()], timeout=placement.ready_timeout_s)
@@ -290,19 +327,24 @@ def build_placed(
         ) from None
     actor_cls = ray.remote(PolicyWorker)
     policies, learners = {}, {}
-    workers = []
+    ranks: dict[str, list[Any]] = {}
     for wname, wagents in groups.items():
         size = sizes[wname]
-        worker = actor_cls.options(
-            num_cpus=size.cpus,
-            num_gpus=size.gpus,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=0),
-        ).remote(cfg, wagents, dict(lora_ranks or {}), int(cfg.threads or max(1, size.cpus)))
-        handles.append(worker)
-        workers.append(worker)
+        ranks[wname] = []
+        for rank in range(size.ranks):
+            worker = actor_cls.options(
+                num_cpus=size.cpus,
+                num_gpus=size.gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=rank),
+            ).remote(cfg, wagents, dict(lora_ranks or {}), int(cfg.threads or max(1, size.cpus)), rank)
+            handles.append(worker)
+            ranks[wname].append(worker)
     # The workers build their models at the same time; wait for all of them only now.
+    workers = [r[0] for r in ranks.values()]
     described = ray.get([w.describe.remote() for w in workers])
-    for worker, infos in zip(workers, described):
+    _join_data_parallel(ranks, placement.ready_timeout_s)
+    for group, infos in zip(ranks.values(), described):
+        worker = group[0]
         for pname, info in infos.items():
             tokenizer = AutoTokenizer.from_pretrained(info["path"])
             if tokenizer.pad_token_id is None:
@@ -313,11 +355,24 @@ def build_placed(
                 RemoteBackend(worker, pname, tokenizer),
                 info["agents"],
                 worker,
+                ranks=group,
                 adapter=info["adapter"],
                 path=info["path"],
             )
-            learners[pname] = RemoteLearner(worker, pname)
+            learners[pname] = RemoteLearner(group, pname)
     return policies, learners, handles
+
+
+def _join_data_parallel(ranks: dict[str, list[Any]], timeout_s: float) -> None:
+    """Form one torch.distributed group per worker with several ranks, at its rank 0's address."""
+    import ray
+
+    pending = []
+    for group in ranks.values():
+        if len(group) > 1:
+            host, port = ray.get(group[0].rendezvous.remote())
+            pending += [w.join_data_parallel.remote(host, port, len(group), timeout_s) for w in group]
+    ray.get(pending)
 
 
 def shutdown(handles: Iterable[Any]) -> None:

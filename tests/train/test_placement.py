@@ -6,7 +6,8 @@ relative; the same ops run on the same data in the same order, so they agree to 
 Step 1 runs `--placement shared` through the real CLI in a subprocess that joins the test's local Ray
 with `--ray-address`; step 2 resumes that checkpoint in-process with `placement.mode: per_agent`
 (fresh workers, one pool per model). Chaining the two keeps the file to three Ray workers (each
-costs 5-10 s here, mostly importing torch and transformers in the actor).
+costs 5-10 s here, mostly importing torch and transformers in the actor). A third run trains both
+models data-parallel on a shared pool of two ranks and must give the same numbers.
 """
 
 import json
@@ -102,3 +103,16 @@ def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(si
     ckpt = load_checkpoint(latest_checkpoint(run / "checkpoints"))  # fetched from the workers
     assert ckpt["state"]["step"] == 2 and set(ckpt["weights"]) == set(ckpt["learners"]) == {"solver", "verifier"}
     assert all(math.isfinite(float(t.abs().sum())) for t in ckpt["weights"]["solver"].values())
+
+
+def test_data_parallel_pool_matches_the_single_process(single_process, local_ray, tmp_path):
+    # One shared pool of 2 ranks holding both models: each model trains data-parallel over the two
+    # workers (gloo), the solver's two micro-batches split between them; the numbers must not move.
+    pool = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.shared_pool.ranks": 2}
+    trainer = Trainer(_cfg(tmp_path / "dp", **pool))
+    assert [len(p.ranks) for p in trainer.policies.values()] == [2, 2]
+    rows = trainer.train()
+    _assert_same_numbers(rows, single_process)
+    # More solver calls than one micro-batch (8) holds, so rank 1 really computed part of the gradient.
+    assert all(s["learner/solver/n_samples"] > 8 for s in single_process)
+    assert all(r["learner/solver/n_tokens"] == s["learner/solver/n_tokens"] for r, s in zip(rows, single_process))

@@ -40,6 +40,21 @@ def test_driver_commands_are_valid_trainer_command_lines(capsys, tmp_path):
         run.parse_args(["--name", "x", "--estimators", "ppo"])
 
 
+def test_driver_rounds_advance_every_run_before_the_next_round(capsys, tmp_path):
+    run = load("run")
+    assert run.round_targets(10, None) == [10]
+    assert run.round_targets(10, 4) == [4, 8, 10]
+    assert run.round_targets(10, 10) == [10]
+    argv = ["--name", "x", "--preset", "smoke", "--steps", "5", "--estimators", "grpo,drmas", "--round-steps", "3"]
+    assert run.main([*argv, "--runs-dir", str(tmp_path), "--dry-run"]) == 0
+    order = []
+    for line in capsys.readouterr().out.strip().splitlines():
+        args, overrides = parse_train_args(shlex.split(line)[3:])
+        assert args.resume  # each round continues the run from its checkpoint
+        order.append((overrides["steps"], overrides["algo.estimator"]))
+    assert order == [(3, "grpo"), (3, "drmas"), (5, "grpo"), (5, "drmas")]
+
+
 def write_run(folder: Path, estimator: str, norms: list, skipped: list) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(f"seed: 0\nalgo:\n  estimator: {estimator}\n")
