@@ -12,28 +12,38 @@ Semantics (DDP's, done by hand so that gradient accumulation stays exact):
 - Backend: NCCL when the ranks are on GPUs, gloo on CPUs. The process group is joined over TCP at
   rank 0's address, so the ranks may sit on several nodes.
 
-FSDP (sharded parameters) is not used: it needs every rank to run the same number of forward
-passes and a collective to rebuild the weights for the generation engine; a replica per rank keeps
-generation and checkpoints unchanged.
+Two strategies (`DataParallel.strategy`):
+- "replicate" (the above): a full replica per rank; generation and checkpoints read rank 0 alone.
+- "fsdp": FSDP2 (`torch.distributed.fsdp.fully_shard`, applied by `shard_module`): every parameter,
+  gradient and AdamW moment is a DTensor sharded over the ranks (dim 0), so a rank holds 1/W of
+  them. FSDP all-gathers a layer's weights inside its forward and reduce-scatters its gradients in
+  backward, so every forward and backward is a collective: the ranks must run the same number of
+  passes (the learner pads a short share with zero-weight passes) and anything reading full
+  weights (the generation engine, checkpoints) must gather them on every rank at once
+  (`full_state_dict`). Gradients are summed, not averaged, over the ranks, as in "replicate".
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 BUCKET_ELEMENTS = 1 << 25
 """Gradients are all-reduced in flat buckets of at most this many elements (128 MiB of fp32)."""
+STRATEGIES = ("replicate", "fsdp")
+"""Data-parallel strategies: a full replica per rank, or parameters sharded with FSDP2."""
 
 
 @dataclass
@@ -44,12 +54,24 @@ class DataParallel:
         rank: this rank, 0 .. world_size - 1; rank 0 also generates and is what checkpoints read.
         world_size: the number of ranks training the model.
         group: the torch.distributed process group (None: the default group).
+        strategy: "replicate" (a full replica per rank, gradients all-reduced) or "fsdp" (parameters
+            sharded with `shard_module`; FSDP reduce-scatters the gradients itself).
 
     """
 
     rank: int
     world_size: int
     group: Any = None
+    strategy: str = "replicate"
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"data-parallel strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+
+    @property
+    def sharded(self) -> bool:
+        """Whether parameters are sharded (FSDP): forward and backward passes are then collectives."""
+        return self.strategy == "fsdp"
 
     def shard(self, chunks: Sequence[T]) -> list[T]:
         """The share of the micro-batches of this rank: every `world_size`-th one, starting at `rank`."""
@@ -109,6 +131,167 @@ def _buckets(params: Sequence[torch.nn.Parameter]) -> list[list[torch.nn.Paramet
     return out
 
 
+# ---- FSDP -----------------------------------------------------------------------------------------
+def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of a causal LM (peft-wrapped or not): FSDP's units of all-gather.
+
+    Found by class name (`...DecoderLayer`, as every HF causal LM names them), else the children
+    of the first `layers` ModuleList (HF's `model.model.layers`); empty when neither exists.
+    """
+    layers = [m for m in module.modules() if type(m).__name__.endswith("DecoderLayer")]
+    if layers:
+        return layers
+    for name, m in module.named_modules():
+        if name.split(".")[-1] == "layers" and isinstance(m, torch.nn.ModuleList):
+            return list(m)
+    return []
+
+
+def shard_module(module: torch.nn.Module, dp: DataParallel) -> torch.nn.Module:
+    """Shard a model over the ranks with FSDP2: each decoder layer, then the root (embeddings, head).
+
+    Call it on every rank before building the optimizer (`Learner`): `fully_shard` replaces the
+    parameters by DTensor shards, so parameter lists taken before are stale. Rank 0's weights are
+    broadcast first, so every rank shards the same model.
+
+    Gradients are summed over the ranks (divide factor 1, plain SUM reduce-scatter): the learner
+    already divides each micro-batch's loss by the whole mini-batch's token count. Parameters a
+    rank did not use (another LoRA adapter than its micro-batches') are reduce-scattered as zeros,
+    so every rank reduce-scatters the same tensors in every backward; the learner restores
+    `grad=None` for those no rank used.
+
+    Args:
+        module: a causal LM (transformers or peft), on this rank's device, identical on every rank
+            up to rank 0's broadcast.
+        dp: this rank's group; its strategy must be "fsdp".
+
+    Returns:
+        The same module, sharded in place (its class becomes an `FSDPModule`).
+
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    if not dp.sharded:
+        raise ValueError(f"shard_module needs the 'fsdp' strategy, got {dp.strategy!r}")
+    dp.broadcast_module(module)
+    device_type = next(module.parameters()).device.type
+    mesh = DeviceMesh.from_group(dp.group or dist.group.WORLD, device_type)
+    for layer in decoder_layers(module):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    for m in module.modules():
+        if isinstance(m, FSDPModule):
+            # Sum, not average: factor 1 with SUM-only comms (gloo has no AVG nor PREMUL_SUM).
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)
+    module.set_reduce_scatter_unused_params(True, recurse=True)
+    return module
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered whole (a collective: every rank must call it), any other tensor as is."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _shard_like(ref: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """`full` cut like the DTensor `ref` (this rank slices its own part: no communication)."""
+    if not isinstance(ref, DTensor):
+        return full
+    full = full.to(device=ref.device, dtype=ref.dtype)
+    return distribute_tensor(full, ref.device_mesh, ref.placements, src_data_rank=None)
+
+
+def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state dict with every tensor whole, on the CPU (under FSDP a collective).
+
+    Under FSDP every rank must call it at once (each DTensor is all-gathered in turn); what the
+    generation engine and checkpoints need instead of rank 0's `state_dict()`.
+    """
+    return {k: full_tensor(v).detach().cpu() for k, v in module.state_dict().items()}
+
+
+def load_full_state_dict(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
+    """Load whole tensors into a (possibly FSDP-sharded) module: each rank keeps its own shards.
+
+    Every rank must be given the same whole tensors; no communication takes place.
+    """
+    current = module.state_dict()
+    module.load_state_dict(
+        {k: _shard_like(current[k], v) if k in current else v for k, v in tensors.items()}, strict=strict
+    )
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """`optimizer.state_dict()` with every DTensor gathered whole onto the CPU (a collective).
+
+    The result has the one-process format (state keyed by parameter position), so it loads into
+    an unsharded optimizer too. Every rank gathers, in the same (sorted) order, and gets it whole.
+    """
+    sd = optimizer.state_dict()
+    state = {i: {k: _gathered(v) for k, v in sorted(sd["state"][i].items())} for i in sorted(sd["state"])}
+    return {"state": state, "param_groups": sd["param_groups"]}
+
+
+def _gathered(v: Any) -> Any:
+    return full_tensor(v).detach().cpu() if isinstance(v, DTensor) else v
+
+
+def load_sharded_optimizer_state(optimizer: torch.optim.Optimizer, sd: Mapping[str, Any]) -> None:
+    """Load a whole-tensor optimizer state (`full_optimizer_state`) into an FSDP-sharded optimizer.
+
+    Every rank must be given the same state; each keeps the shards of its own parameters.
+    """
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    state = {}
+    for i, entry in sd["state"].items():
+        p = params[int(i)]
+        state[i] = {k: _shard_like(p, v) if _is_full_of(p, v) else v for k, v in entry.items()}
+    optimizer.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+
+
+def _is_full_of(p: torch.Tensor, v: Any) -> bool:
+    """Whether `v` is a plain whole tensor shaped like the DTensor parameter `p` (e.g. exp_avg, not step)."""
+    return isinstance(p, DTensor) and isinstance(v, torch.Tensor) and not isinstance(v, DTensor) and v.shape == p.shape
+
+
+class UsedParams:
+    """Which parameters took part in a forward pass with grad enabled since `reset`.
+
+    Under FSDP, parameters a rank did not use get zero gradients (so that every rank
+    reduce-scatters the same tensors); one process leaves them at `grad=None`, which makes AdamW
+    skip them (no weight decay, no moment update). Tracking use by the forward pre-hooks of the
+    modules that own the parameters lets `drop_unused_grads` restore None where no rank used them.
+    Hooks see the modules' registered parameters only through the indices precomputed here, since
+    FSDP swaps in unsharded parameter objects during forward.
+    """
+
+    def __init__(self, module: torch.nn.Module, params: Sequence[torch.nn.Parameter]) -> None:
+        index = {id(p): i for i, p in enumerate(params)}
+        self.used = [False] * len(params)
+        self._hooks = []
+        for m in module.modules():
+            own = sorted({index[id(p)] for p in m.parameters(recurse=False) if id(p) in index})
+            if own:
+                self._hooks.append(m.register_forward_pre_hook(partial(self._mark, own)))
+
+    def _mark(self, indices: Iterable[int], module: torch.nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():  # no-grad passes (old or reference log-probs) make no gradient
+            for i in indices:
+                self.used[i] = True
+
+    def reset(self) -> None:
+        """Forget the uses seen so far (at the start of a mini-batch)."""
+        self.used = [False] * len(self.used)
+
+    def drop_unused_grads(self, params: Sequence[torch.nn.Parameter], dp: DataParallel) -> None:
+        """Set `grad=None` on the parameters no rank used (a collective: every rank must call it)."""
+        counts = dp.sum([float(u) for u in self.used], _device(params))
+        for p, n in zip(params, counts):
+            if n == 0:
+                p.grad = None
+
+
 def rendezvous_address() -> tuple[str, int]:
     """The address of this host and a free TCP port on it: where the other ranks join rank 0."""
     try:
@@ -122,7 +305,9 @@ def rendezvous_address() -> tuple[str, int]:
         return host, int(s.getsockname()[1])
 
 
-def join(rank: int, world_size: int, host: str, port: int, *, timeout_s: float = 600.0) -> DataParallel:
+def join(
+    rank: int, world_size: int, host: str, port: int, *, timeout_s: float = 600.0, strategy: str = "replicate"
+) -> DataParallel:
     """Join the data-parallel group whose rank 0 listens at host:port (blocks until all ranks join).
 
     Args:
@@ -131,11 +316,14 @@ def join(rank: int, world_size: int, host: str, port: int, *, timeout_s: float =
         host: rank 0's address (`rendezvous_address` run on rank 0).
         port: the free port rank 0 picked.
         timeout_s: how long collectives may wait for a missing rank before failing.
+        strategy: "replicate" or "fsdp" (see `DataParallel`).
 
     Returns:
         This process's `DataParallel`.
 
     """
+    if strategy not in STRATEGIES:  # fail now rather than after blocking on the rendezvous
+        raise ValueError(f"data-parallel strategy must be one of {STRATEGIES}, got {strategy!r}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(
@@ -146,4 +334,4 @@ def join(rank: int, world_size: int, host: str, port: int, *, timeout_s: float =
             timeout=timedelta(seconds=timeout_s),
         )
     log.info("data-parallel rank %d of %d joined (%s, %s:%d)", rank, world_size, backend, host, port)
-    return DataParallel(rank=rank, world_size=world_size)
+    return DataParallel(rank=rank, world_size=world_size, strategy=strategy)

@@ -212,8 +212,12 @@ def test_imports_without_vllm():
 
 
 @pytest.mark.slow
-def test_smoke_training_with_the_vllm_backend(tmp_path):
+@pytest.mark.parametrize("placement", ["none", "shared"])
+def test_smoke_training_with_the_vllm_backend(tmp_path, placement):
     """`drmas-train --preset smoke` on vLLM; the learner's ratio against the *sampling* log-probs stays 1.
+
+    `shared` runs the engine and the learner inside a Ray worker (a local Ray the CLI starts), so the
+    push after each update happens in the worker; the ratio check holds there too.
 
     With `old_logprobs=sampled` the PPO ratio is exp(learner - engine) log-probs. At step 2 the engine
     samples with the weights (or adapters) pushed after step 1, so a missed or partial push shows as a
@@ -225,9 +229,11 @@ def test_smoke_training_with_the_vllm_backend(tmp_path):
 
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "drmas_train", "--preset", "smoke", "--run-dir", str(run_dir)]
-    cmd += ["--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled"]
+    cmd += ["--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled", "--placement", placement]
+    cmd += ["--set", "log.tensorboard=false"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert f"mode: {placement}" in (run_dir / "config.yaml").read_text()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     policies = ["shared"]
