@@ -135,7 +135,7 @@ def _buckets(params: Sequence[torch.nn.Parameter]) -> list[list[torch.nn.Paramet
 def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     """The transformer blocks of a causal LM (peft-wrapped or not): FSDP's units of all-gather.
 
-    Found by class name (`...DecoderLayer`, as every HF causal LM names them), else the children
+    Found by class name (`...DecoderLayer`, as HF names them in Llama, Qwen, Mistral, ...), else the children
     of the first `layers` ModuleList (HF's `model.model.layers`); empty when neither exists.
     """
     layers = [m for m in module.modules() if type(m).__name__.endswith("DecoderLayer")]

@@ -19,6 +19,11 @@ Choices stated once:
 - Data-parallel (`dp`, see `distributed`): every rank gets the same records, computes its share of
   the micro-batches, and the summed gradients equal the one-process gradient; metrics are summed
   over the ranks, so every rank returns the same numbers.
+- FSDP (`dp.strategy == "fsdp"`, model sharded with `distributed.shard_module` before the learner
+  is built): every forward and backward is a collective, so every rank runs as many passes as the
+  largest share, padding with zero-weight passes (gradient unchanged, no metrics); FSDP
+  reduce-scatters the gradients itself, and norms are gathered whole. `state_dict` and
+  `load_state_dict` are then collectives too (every rank must call them at once).
 """
 
 from __future__ import annotations
@@ -33,7 +38,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.distributed import DataParallel
+from drmas_train.distributed import (
+    DataParallel,
+    UsedParams,
+    full_optimizer_state,
+    full_tensor,
+    load_sharded_optimizer_state,
+)
 from drmas_train.learner_utils import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
 from drmas_train.loss import entropy_from_logits, kl_k3, make_batch, ppo_token_losses, response_logits, token_logprobs
 from drmas_train.records import CallRecord
@@ -110,6 +121,8 @@ class Learner:
             model with adapters disabled (peft) or a frozen copy of `model` taken now.
         pad_token_id: the id used for padding (its value never matters: padded positions are masked).
         dp: this process's data-parallel group, when the model trains on several ranks (None: alone).
+            With the "fsdp" strategy, `model` must already be sharded (`distributed.shard_module`)
+            and `param_groups` taken from the sharded model.
 
     """
 
@@ -142,10 +155,28 @@ class Learner:
         )
         self.ref_model = ref_model
         if cfg.kl_coef > 0 and ref_model is None and not hasattr(model, "disable_adapter"):
+            if _is_fsdp(model):  # FSDP forbids deepcopy; a sharded reference must be built before sharding
+                raise ValueError("kl_coef > 0 under FSDP needs ref_model (e.g. a copy taken before shard_module)")
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.steps = 0  # optimizer steps taken or skipped
+        self._used: UsedParams | None = None  # FSDP only, built on first use (`dp` may be set later)
+        if self.sharded:
+            self._used_params()
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the model trains under FSDP (`dp` may be attached after construction)."""
+        return self.dp is not None and self.dp.sharded
+
+    def _used_params(self) -> UsedParams:
+        """FSDP: the tracker of parameter use, after checking that the optimizer holds the shards."""
+        if self._used is None:
+            _check_sharded(self.model, self.params)
+            # FSDP gives unused parameters zero gradients: track use to restore one process's None.
+            self._used = UsedParams(self.model, self.params)
+        return self._used
 
     # ---- forward passes -------------------------------------------------------------------------
     def _batch(self, records: Sequence[CallRecord], model: torch.nn.Module):
@@ -223,7 +254,10 @@ class Learner:
 
     @torch.no_grad()
     def _recompute_old(self, records: Sequence[CallRecord]) -> dict[int, torch.Tensor]:
-        """Pre-update log-probs per record index (needed when the policy moves within one update)."""
+        """Pre-update log-probs per record index (needed when the policy moves within one update).
+
+        Every rank computes every record (no sharding), so under FSDP all ranks run the same passes.
+        """
         out: dict[int, torch.Tensor] = {}
         for idx in chunk_by_adapter(records, range(len(records)), self.config.micro_batch_size):
             self._activate(records[idx[0]])
@@ -237,6 +271,11 @@ class Learner:
         name = adapter_of(record)
         if name is not None and hasattr(self.model, "set_adapter"):
             self.model.set_adapter(name)
+            if self.sharded:
+                # peft freezes the other adapters; FSDP reduce-scatters only parameters that require
+                # grad, so ranks on different adapters would reduce-scatter different tensors.
+                for p in self.params:
+                    p.requires_grad_(True)
 
     def compute_gradients(self, records: Sequence[CallRecord]) -> dict[str, float]:
         """Fill `.grad` with the gradient of the token-mean loss over all records; no optimizer step.
@@ -261,40 +300,68 @@ class Learner:
 
     def _accumulate(self, records, indices, old, acc: _Accumulator) -> None:
         """Accumulate the token-mean loss gradient of one mini-batch over its micro-batches."""
-        cfg = self.config
         n_tokens = sum(len(r.response_ids) for r in records)
         self.optimizer.zero_grad(set_to_none=True)
-        chunks = chunk_by_adapter(records, range(len(records)), cfg.micro_batch_size)
+        chunks = chunk_by_adapter(records, range(len(records)), self.config.micro_batch_size)
+        if self.sharded:
+            self._accumulate_sharded(records, chunks, indices, old, n_tokens, acc)
+            return
         for chunk in self.dp.shard(chunks) if self.dp else chunks:
-            micro = [records[i] for i in chunk]
-            self._activate(micro[0])
-            logp, ent, mask = self._forward(micro, with_entropy=True)
-            if cfg.old_logprobs == "sampled":
-                old_logp = self._old_logprobs(micro, logp.shape, logp.device)
-            elif old:
-                old_logp = torch.zeros_like(logp)
-                for row, i in enumerate(chunk):
-                    t = old[indices[i]]
-                    old_logp[row, : len(t)] = t
-            else:
-                old_logp = logp.detach()
-            adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=logp.device)
-            pg, info = ppo_token_losses(
-                logp, old_logp, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip
-            )
-            maskf = mask.float()
-            loss = pg
-            kl = None
-            if cfg.kl_coef > 0:
-                kl = kl_k3(logp, self._ref_logprobs(micro))
-                loss = loss + cfg.kl_coef * kl
-            if cfg.entropy_coef > 0:
-                loss = loss - cfg.entropy_coef * ent
-            # Token-mean over the whole mini-batch: divide by its token count, not the micro-batch's.
-            ((loss * maskf).sum() / n_tokens).backward()
-            acc.add_tokens(maskf, loss=loss, pg=pg, ent=ent, kl=kl, info=info)
+            self._micro_step(records, chunk, indices, old, n_tokens, acc)
         if self.dp:
             self.dp.all_reduce_grads(self.params)
+
+    def _accumulate_sharded(self, records, chunks, indices, old, n_tokens: int, acc: _Accumulator) -> None:
+        """FSDP: this rank's micro-batches, padded with zero-weight passes to the largest share."""
+        used = self._used_params()
+        mine = self.dp.shard(chunks)
+        passes = -(-len(chunks) // self.dp.world_size)  # rank 0's share, the largest
+        used.reset()
+        for chunk in mine:
+            self._micro_step(records, chunk, indices, old, n_tokens, acc)
+        # chunks[0] is computed for real by rank 0, so the padding uses no parameter it does not.
+        for _ in range(passes - len(mine)):
+            self._micro_step(records, chunks[0], indices, old, n_tokens, None)
+        used.drop_unused_grads(self.params, self.dp)
+
+    def _micro_step(self, records, chunk, indices, old, n_tokens: int, acc: _Accumulator | None) -> None:
+        """Forward and backward of one micro-batch; `acc` None: a zero-weight pass (no gradient, no metrics).
+
+        A zero-weight pass runs exactly the collectives of a real one (FSDP all-gathers in every
+        forward, including the reference model's, and reduce-scatters in every backward).
+        """
+        cfg = self.config
+        micro = [records[i] for i in chunk]
+        self._activate(micro[0])
+        logp, ent, mask = self._forward(micro, with_entropy=True)
+        if cfg.old_logprobs == "sampled":
+            old_logp = self._old_logprobs(micro, logp.shape, logp.device)
+        elif old:
+            old_logp = torch.zeros_like(logp)
+            for row, i in enumerate(chunk):
+                t = old[indices[i]]
+                old_logp[row, : len(t)] = t
+        else:
+            old_logp = logp.detach()
+        adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=logp.device)
+        pg, info = ppo_token_losses(
+            logp, old_logp, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip
+        )
+        maskf = mask.float()
+        loss = pg
+        kl = None
+        if cfg.kl_coef > 0:
+            kl = kl_k3(logp, self._ref_logprobs(micro))
+            loss = loss + cfg.kl_coef * kl
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * ent
+        # Token-mean over the whole mini-batch: divide by its token count, not the micro-batch's.
+        total = (loss * maskf).sum() / n_tokens
+        if acc is None:
+            total = total * 0.0
+        total.backward()
+        if acc is not None:
+            acc.add_tokens(maskf, loss=loss, pg=pg, ent=ent, kl=kl, info=info)
 
     def _clip_and_step(self) -> tuple[float, dict[str, float]]:
         """Pre-clip global grad norm; skip the step when it is not finite."""
@@ -303,7 +370,8 @@ class Learner:
         group_norms = named_group_norms(self.param_groups)
         if not grads:
             return 0.0, group_norms
-        norm = float(torch.nn.utils.get_total_norm(grads, norm_type=2.0))
+        # Under FSDP the grads are DTensor shards: the total is gathered whole (identity otherwise).
+        norm = float(full_tensor(torch.nn.utils.get_total_norm(grads, norm_type=2.0)))
         if not math.isfinite(norm):
             log.warning("model %s: non-finite gradient norm (%s) at step %d: step skipped", self.name, norm, self.steps)
             self.optimizer.zero_grad(set_to_none=True)
@@ -315,13 +383,40 @@ class Learner:
 
     # ---- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer state and counters (the model's weights are saved by the caller)."""
-        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "config": asdict(self.config)}
+        """Optimizer state and counters (the model's weights are saved by the caller).
+
+        Under FSDP a collective: every rank must call it at once; each gets the whole state (CPU
+        tensors), in the one-process format, so it loads with or without sharding.
+        """
+        optimizer = full_optimizer_state(self.optimizer) if self.sharded else self.optimizer.state_dict()
+        return {"optimizer": optimizer, "steps": self.steps, "config": asdict(self.config)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` saved."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restore what `state_dict` saved.
+
+        Under FSDP every rank must be given the same whole state; each keeps its own shards.
+        """
+        if self.sharded:
+            load_sharded_optimizer_state(self.optimizer, state["optimizer"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
+
+
+def _is_fsdp(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _check_sharded(model: torch.nn.Module, params: Sequence[torch.nn.Parameter]) -> None:
+    """FSDP needs the model sharded before the optimizer takes its parameters (else they are stale)."""
+    from torch.distributed.tensor import DTensor
+
+    if not _is_fsdp(model) or not all(isinstance(p, DTensor) for p in params):
+        raise ValueError(
+            "the 'fsdp' strategy needs the model sharded (distributed.shard_module) before the Learner is built"
+        )
 
 
 _METRIC_KEYS = ("loss", "pg_loss", "entropy", "ratio_mean", "clip_frac", "dual_clip_frac", "kl")

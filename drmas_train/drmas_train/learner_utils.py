@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from drmas_train.distributed import full_tensor
 from drmas_train.records import CallRecord
 
 
@@ -64,11 +65,15 @@ def lora_param_groups(
 
 
 def named_group_norms(param_groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The L2 norm of the current gradients of every param group that has a "name"."""
+    """The L2 norm of the current gradients of every param group that has a "name".
+
+    Under FSDP (DTensor gradients) each norm is gathered whole, a collective: every rank must
+    call it with the same groups, whose gradients are None on the same parameters everywhere.
+    """
     out = {}
     for g in param_groups:
         if "name" not in g:
             continue
         grads = [p.grad for p in g["params"] if p.grad is not None]
-        out[str(g["name"])] = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        out[str(g["name"])] = float(full_tensor(torch.nn.utils.get_total_norm(grads))) if grads else 0.0
     return out

@@ -55,6 +55,10 @@ class PoolSize:
     ranks: int = 1
     """Data-parallel ranks: the pool is `ranks` bundles of `cpus` + `gpus`, one training process each
     (e.g. 4 GPUs for one model: gpus=1, ranks=4). Rank 0 also generates."""
+    strategy: str = "replicate"
+    """With ranks > 1: replicate (a full copy per rank, gradients all-reduced: fastest when the training
+    state fits a device) or fsdp (weights, gradients and AdamW state sharded over the ranks, FSDP2: the
+    paper-scale choice, e.g. 64 GB of state for a 4B model becomes 16 GB per GPU on 4 ranks)."""
 
 
 @dataclass
@@ -80,6 +84,8 @@ class PlacementConfig:
         for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
             if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
                 raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")
+            if size.strategy not in ("replicate", "fsdp"):
+                raise ValueError(f"placement pool {name!r}: strategy must be replicate or fsdp, got {size.strategy!r}")
 
 
 def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
@@ -95,24 +101,41 @@ def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]
 class PolicyWorker:
     """One worker: builds its policies and learners from the training config, and serves them."""
 
-    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int], threads: int, rank: int = 0):
+    def __init__(
+        self,
+        cfg: Any,
+        agents: Sequence[str],
+        lora_ranks: dict[str, int],
+        threads: int,
+        rank: int = 0,
+        strategy: str = "replicate",
+        world_size: int = 1,
+    ):
         import dataclasses
 
         import torch
 
         from drmas_train.models.assignment import build_policies
-        from drmas_train.policy_ops import make_learner, seed_everything, sync_engine
+        from drmas_train.policy_ops import make_learner, seed_everything
 
         torch.set_num_threads(max(1, threads))
-        self.rank = rank
+        self.cfg, self.rank = cfg, rank
+        self.sharded = strategy == "fsdp" and world_size > 1
         models = cfg.models
         if rank > 0:  # a replica only trains: the transformers wrapper shares its module and costs nothing
             models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
         self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
-        self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
-        for p in self.policies.values():
-            sync_engine(p)
+        if self.sharded:
+            # FSDP replaces the parameters by shards, so the learners are built after sharding
+            # (`join_data_parallel`), and rank 0's engine must not share the module it trains.
+            self.learners = {}
+            if rank == 0:
+                _give_engines_their_own_copy(self.policies, models.max_gen_batch)
+        else:
+            self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+        for name in self.policies:
+            self._sync(name, collective=False)
 
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0: the address and free port where the other ranks join the data-parallel group."""
@@ -120,16 +143,35 @@ class PolicyWorker:
 
         return rendezvous_address()
 
-    def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float) -> None:
-        """Join the data-parallel group; every replica then starts from rank 0's weights."""
-        from drmas_train.distributed import join
+    def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
+        """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights."""
+        from drmas_train.distributed import join, shard_module
+        from drmas_train.policy_ops import make_learner
 
-        dp = join(self.rank, world_size, host, port, timeout_s=timeout_s)
+        dp = join(self.rank, world_size, host, port, timeout_s=timeout_s, strategy=strategy)
         modules = {id(p.module): p.module for p in self.policies.values()}
         for module in modules.values():
-            dp.broadcast_module(module)
+            if dp.sharded:
+                shard_module(module, dp)
+            else:
+                dp.broadcast_module(module)
+        if dp.sharded:
+            self.learners = {name: make_learner(self.cfg, p, dp=dp) for name, p in self.policies.items()}
         for learner in self.learners.values():
             learner.dp = dp
+
+    def _sync(self, name: str, *, collective: bool = True) -> None:
+        """Push policy `name`'s weights into rank 0's engine; under FSDP every rank gathers them first."""
+        from drmas_train.distributed import full_state_dict
+        from drmas_train.policy_ops import sync_engine
+
+        policy = self.policies[name]
+        if self.sharded and collective:
+            whole = full_state_dict(policy.module)
+            if self.rank == 0:
+                sync_engine(policy, whole)
+        elif self.rank == 0:
+            sync_engine(policy)
 
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
@@ -140,22 +182,31 @@ class PolicyWorker:
 
     def update(self, name: str, records) -> dict[str, float]:
         """Train policy `name` on its records, then push the new weights into the worker's engine."""
-        from drmas_train.policy_ops import sync_engine
-
         metrics = self.learners[name].update(records)
-        if self.rank == 0:
-            sync_engine(self.policies[name])
+        self._sync(name)
         return metrics
 
     def weights(self, name: str) -> dict[str, Any]:
-        return {k: v.detach().cpu() for k, v in self.policies[name].weights().items()}
+        """The policy's checkpoint tensors on the CPU (under FSDP a collective: every rank gathers)."""
+        from drmas_train.distributed import full_state_dict
+
+        policy = self.policies[name]
+        if not self.sharded:
+            return {k: v.detach().cpu() for k, v in policy.weights().items()}
+        whole = full_state_dict(policy.module)
+        return whole if policy.adapter is None else {n: whole[n] for n, _ in policy.trainable()}
 
     def load_weights(self, name: str, tensors: dict[str, Any]) -> None:
-        from drmas_train.policy_ops import load_policy_weights, sync_engine
+        """Load checkpointed weights (every rank is given the same whole tensors), then sync the engine."""
+        from drmas_train.distributed import load_full_state_dict
+        from drmas_train.policy_ops import load_policy_weights
 
-        load_policy_weights(self.policies[name], tensors)
-        if self.rank == 0:
-            sync_engine(self.policies[name])
+        policy = self.policies[name]
+        if self.sharded:
+            load_full_state_dict(policy.module, tensors, strict=policy.adapter is None)
+        else:
+            load_policy_weights(policy, tensors)
+        self._sync(name)
 
     def learner_state(self, name: str) -> dict[str, Any]:
         return self.learners[name].state_dict()
@@ -192,6 +243,8 @@ class RemotePolicy:
     """Rank 0's worker (generation, checkpoints)."""
     ranks: list[Any] = field(default_factory=list)
     """Every rank's worker, rank 0 first (just `worker` without data parallelism)."""
+    sharded: bool = False
+    """FSDP: reading the weights is a collective, so every rank is asked."""
     adapter: str | None = None
     path: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -203,6 +256,8 @@ class RemotePolicy:
         """The policy's weights, fetched from its worker (what a checkpoint holds)."""
         import ray
 
+        if self.sharded:
+            return ray.get([w.weights.remote(self.name) for w in self.ranks])[0]
         return ray.get(self.worker.weights.remote(self.name))
 
     def load_weights(self, tensors: dict[str, Any]) -> None:
@@ -215,8 +270,8 @@ class RemotePolicy:
 class RemoteLearner:
     """Stands in for `learner.Learner` on the driver; with data parallelism it drives every rank."""
 
-    def __init__(self, ranks: Sequence[Any], name: str):
-        self.ranks, self.name = list(ranks), name
+    def __init__(self, ranks: Sequence[Any], name: str, *, sharded: bool = False):
+        self.ranks, self.name, self.sharded = list(ranks), name, sharded
 
     def update(self, records) -> dict[str, float]:
         """Update on every rank at once (they meet in the gradient all-reduce); rank 0's metrics."""
@@ -226,9 +281,11 @@ class RemoteLearner:
         return ray.get([w.update.remote(self.name, records) for w in self.ranks])[0]
 
     def state_dict(self) -> dict[str, Any]:
+        """Rank 0's optimizer state (under FSDP every rank gathers its shards at once)."""
         import ray
 
-        return ray.get(self.ranks[0].learner_state.remote(self.name))
+        ranks = self.ranks if self.sharded else self.ranks[:1]
+        return ray.get([w.learner_state.remote(self.name) for w in ranks])[0]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import ray
@@ -336,15 +393,24 @@ def build_placed(
                 num_cpus=size.cpus,
                 num_gpus=size.gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=rank),
-            ).remote(cfg, wagents, dict(lora_ranks or {}), int(cfg.threads or max(1, size.cpus)), rank)
+            ).remote(
+                cfg,
+                wagents,
+                dict(lora_ranks or {}),
+                int(cfg.threads or max(1, size.cpus)),
+                rank,
+                size.strategy,
+                size.ranks,
+            )
             handles.append(worker)
             ranks[wname].append(worker)
     # The workers build their models at the same time; wait for all of them only now.
     workers = [r[0] for r in ranks.values()]
     described = ray.get([w.describe.remote() for w in workers])
-    _join_data_parallel(ranks, placement.ready_timeout_s)
-    for group, infos in zip(ranks.values(), described):
+    _join_data_parallel(ranks, sizes, placement.ready_timeout_s)
+    for (wname, group), infos in zip(ranks.items(), described):
         worker = group[0]
+        sharded = sizes[wname].strategy == "fsdp" and len(group) > 1
         for pname, info in infos.items():
             tokenizer = AutoTokenizer.from_pretrained(info["path"])
             if tokenizer.pad_token_id is None:
@@ -356,23 +422,42 @@ def build_placed(
                 info["agents"],
                 worker,
                 ranks=group,
+                sharded=sharded,
                 adapter=info["adapter"],
                 path=info["path"],
             )
-            learners[pname] = RemoteLearner(group, pname)
+            learners[pname] = RemoteLearner(group, pname, sharded=sharded)
     return policies, learners, handles
 
 
-def _join_data_parallel(ranks: dict[str, list[Any]], timeout_s: float) -> None:
+def _join_data_parallel(ranks: dict[str, list[Any]], sizes: dict[str, PoolSize], timeout_s: float) -> None:
     """Form one torch.distributed group per worker with several ranks, at its rank 0's address."""
     import ray
 
     pending = []
-    for group in ranks.values():
+    for wname, group in ranks.items():
         if len(group) > 1:
             host, port = ray.get(group[0].rendezvous.remote())
-            pending += [w.join_data_parallel.remote(host, port, len(group), timeout_s) for w in group]
+            strategy = sizes[wname].strategy
+            pending += [w.join_data_parallel.remote(host, port, len(group), timeout_s, strategy) for w in group]
     ray.get(pending)
+
+
+def _give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) -> None:
+    """Give transformers engines that share the trained module a copy of it (FSDP will shard the module)."""
+    import copy
+
+    from drmas_train.backends.transformers_backend import TransformersBackend
+
+    engines: dict[int, TransformersBackend] = {}
+    for policy in policies.values():
+        backend = policy.backend
+        if isinstance(backend, TransformersBackend) and backend.model is policy.module:
+            if id(policy.module) not in engines:
+                engines[id(policy.module)] = TransformersBackend(
+                    copy.deepcopy(policy.module).eval(), policy.tokenizer, max_batch_size=max_batch_size
+                )
+            policy.backend = engines[id(policy.module)]
 
 
 def shutdown(handles: Iterable[Any]) -> None:

@@ -24,12 +24,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_learner(cfg: Any, policy: Policy) -> Learner:
+def make_learner(cfg: Any, policy: Policy, *, dp: Any = None) -> Learner:
     """The learner of one policy; per-agent lr / micro-batch overrides apply to the agent's own policy.
 
     Args:
         cfg: the `TrainConfig` (its `learner` section and `agent(name)` overrides are read).
         policy: the policy to train; its trainable parameters get `requires_grad`.
+        dp: the data-parallel group (`distributed.DataParallel`) when the model trains on several ranks.
 
     Raises:
         ValueError: agents that share one policy ask for different lr / micro-batch sizes.
@@ -55,12 +56,25 @@ def make_learner(cfg: Any, policy: Policy) -> Learner:
         name=policy.name,
         param_groups=[{"params": params}],
         pad_token_id=policy.tokenizer.pad_token_id,
+        dp=dp,
     )
 
 
-def sync_engine(policy: Policy) -> None:
-    """Push the policy's weights (or its LoRA adapter) into its generation engine."""
+def sync_engine(policy: Policy, whole: dict[str, torch.Tensor] | None = None) -> None:
+    """Push the policy's weights (or its LoRA adapter) into its generation engine.
+
+    Args:
+        policy: the policy whose engine to refresh.
+        whole: the module's state gathered whole (`distributed.full_state_dict`), for a sharded
+            (FSDP) module whose own parameters are shards; None pushes the module's parameters.
+
+    """
     backend = policy.backend
+    if whole is not None:
+        if policy.adapter is not None and hasattr(backend, "load_adapter_tensors"):
+            raise ValueError("LoRA adapters on a vLLM engine are not supported under FSDP; use strategy replicate")
+        backend.load_weights((name, whole[name]) for name, _ in policy.trainable())
+        return
     if policy.adapter is not None and hasattr(backend, "load_adapter_tensors"):
         from peft import get_peft_model_state_dict
 

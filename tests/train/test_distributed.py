@@ -1,11 +1,13 @@
 """Data-parallel learner on real gloo process groups: W ranks give the one-process gradient and step.
 
 Each case spawns W real processes joined over TCP on loopback (torch.distributed, gloo), every rank
-loading the same tiny Llama and getting the same records; the ranks' gradients, metrics and
-post-step weights are compared with one process doing the whole batch. Tolerance 1e-5 relative
-(weights: 1e-6 absolute, lr / 1000): only the float summation order differs.
+loading the same tiny Llama and getting the same records; the ranks' gradients, metrics, post-step
+weights and optimizer state are compared with one process doing the whole batch. Tolerance 1e-5
+relative (weights: 1e-6 absolute, lr / 1000): only the float summation order differs. Both
+strategies run: "replicate" (all-reduce) and "fsdp" (FSDP2 shards, gathered whole for comparison).
 """
 
+import copy
 import math
 
 import pytest
@@ -13,7 +15,17 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from drmas_train.distributed import DataParallel, _buckets, join, rendezvous_address
+from drmas_train.distributed import (
+    DataParallel,
+    _buckets,
+    decoder_layers,
+    full_state_dict,
+    full_tensor,
+    join,
+    load_full_state_dict,
+    rendezvous_address,
+    shard_module,
+)
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.records import CallRecord
@@ -43,37 +55,60 @@ def records(n: int, vocab: int, *, adapters=(None,), seed: int = 0) -> list[Call
     return out
 
 
-def make_learner(folder, micro: int, *, lora: bool, dp=None) -> Learner:
+def make_learner(folder, micro: int, *, lora: bool, dp=None, ppo=None) -> Learner:
+    """A learner with `ppo` config overrides; with KL and no LoRA, a frozen reference copy (sharded too)."""
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    config = PPOConfig(lr=1e-3, micro_batch_size=micro)
-    if not lora:
-        return Learner(model, config, dp=dp)
-    from peft import LoraConfig, get_peft_model
+    config = PPOConfig(lr=1e-3, micro_batch_size=micro, **(ppo or {}))
+    ref = None
+    if config.kl_coef > 0 and not lora:  # FSDP forbids deepcopy: copy before sharding
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+        if dp is not None and dp.sharded:
+            shard_module(ref, dp)
+    if lora:
+        from peft import LoraConfig, get_peft_model
 
-    lcfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False)
-    model = get_peft_model(model, lcfg, adapter_name="a")
-    model.add_adapter("b", lcfg)
-    return Learner(model, config, param_groups=lora_param_groups(model, 1e-3), dp=dp)
+        lcfg = LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False
+        )
+        model = get_peft_model(model, lcfg, adapter_name="a")
+        model.add_adapter("b", lcfg)
+    if dp is not None and dp.sharded:
+        shard_module(model, dp)  # before the param groups: sharding replaces the parameters
+    groups = lora_param_groups(model, 1e-3) if lora else None
+    return Learner(model, config, param_groups=groups, ref_model=ref, dp=dp)
 
 
-def run_case(folder, batch, micro: int, lora: bool, dp=None) -> dict:
-    """Gradients of the whole batch, then one optimizer step's metrics and weights."""
-    learner = make_learner(folder, micro, lora=lora, dp=dp)
-    if dp is not None:
+def run_case(folder, batch, micro: int, lora: bool, dp=None, ppo=None) -> dict:
+    """Gradients of the whole batch, then one update's metrics, weights and optimizer state.
+
+    Under FSDP every tensor is gathered whole on every rank (collectives, in the same order).
+    The optimizer state is also loaded into a fresh learner and read back (the round trip).
+    """
+    learner = make_learner(folder, micro, lora=lora, dp=dp, ppo=ppo)
+    if dp is not None and not dp.sharded:
         dp.broadcast_module(learner.model)
     learner.compute_gradients(batch)
-    grads = {n: (None if p.grad is None else p.grad.clone()) for n, p in learner.model.named_parameters()}
+    grads = {n: (None if p.grad is None else full_tensor(p.grad).clone()) for n, p in learner.model.named_parameters()}
     learner.optimizer.zero_grad(set_to_none=True)
     metrics = learner.update(batch)
-    weights = {n: p.detach().clone() for n, p in learner.model.named_parameters() if p.requires_grad}
-    return {"grads": grads, "metrics": metrics, "weights": weights}
+    trained = {id(p) for p in learner.params}
+    named = learner.model.named_parameters()
+    weights = {n: full_tensor(p.detach()).clone() for n, p in named if id(p) in trained}
+    state = learner.state_dict()
+    fresh = make_learner(folder, micro, lora=lora, dp=dp, ppo=ppo)
+    fresh.load_state_dict(state)
+    reloaded = fresh.state_dict()
+    full = full_state_dict(learner.model)  # what the engine sync and checkpoints read
+    load_full_state_dict(fresh.model, full)
+    out = {"grads": grads, "metrics": metrics, "weights": weights, "state": state, "reloaded": reloaded}
+    return out | {"full": full, "full_reloaded": full_state_dict(fresh.model)}
 
 
-def _rank_main(rank, world, port, folder, batch, micro, lora, out_dir):
+def _rank_main(rank, world, port, folder, batch, micro, lora, strategy, ppo, out_dir):
     torch.set_num_threads(1)
-    dp = join(rank, world, "127.0.0.1", port, timeout_s=120)
-    torch.save(run_case(folder, batch, micro, lora, dp), f"{out_dir}/rank{rank}.pt")
+    dp = join(rank, world, "127.0.0.1", port, timeout_s=120, strategy=strategy)
+    torch.save(run_case(folder, batch, micro, lora, dp, ppo), f"{out_dir}/rank{rank}.pt")
     torch.distributed.destroy_process_group()
 
 
@@ -82,9 +117,10 @@ def folder(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", seed=0))
 
 
-def spawn(world, folder, batch, micro, lora, tmp_path) -> list[dict]:
+def spawn(world, folder, batch, micro, lora, tmp_path, strategy="replicate", ppo=None) -> list[dict]:
     _, port = rendezvous_address()
-    mp.spawn(_rank_main, args=(world, port, folder, batch, micro, lora, str(tmp_path)), nprocs=world, join=True)
+    args = (world, port, folder, batch, micro, lora, strategy, ppo, str(tmp_path))
+    mp.spawn(_rank_main, args=args, nprocs=world, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 
@@ -97,20 +133,41 @@ def assert_close_dicts(got, ref, atol=1e-7):
             torch.testing.assert_close(got[k], ref[k], rtol=1e-5, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
 
 
+def assert_same_optimizer_state(got, ref):
+    assert got["param_groups"] == ref["param_groups"]
+    assert got["state"].keys() == ref["state"].keys()  # untouched parameters have no state anywhere
+    for i, entry in ref["state"].items():
+        assert_close_dicts(got["state"][i], entry)
+
+
+KL = {"kl_coef": 0.1}
+
+
 @pytest.mark.parametrize(
-    ("world", "n", "micro", "lora"),
+    ("world", "n", "micro", "adapters", "strategy", "ppo"),
     [
-        (2, 7, 2, False),  # 4 micro-batches on 2 ranks
-        (3, 5, 4, False),  # 2 micro-batches on 3 ranks: rank 2 computes nothing and still agrees
-        (2, 6, 2, True),  # LoRA: adapter "b" gets no records, so its grads stay None on every rank
+        (2, 7, 2, (None,), "replicate", None),  # 4 micro-batches on 2 ranks
+        (3, 5, 4, (None,), "replicate", None),  # 2 micro-batches on 3 ranks: rank 2 computes nothing, still agrees
+        (2, 6, 2, ("a",), "replicate", None),  # LoRA: adapter "b" gets no records: its grads stay None everywhere
+        (2, 7, 2, (None,), "fsdp", None),  # 4 micro-batches on 2 sharded ranks
+        # 2 micro-batches on 3 ranks: rank 2 runs a zero-weight pass (FSDP's collectives need it);
+        # two mini-batches also take the recomputed old log-probs and two optimizer steps, and the
+        # KL term a sharded reference model, whose forward the padding pass must run too.
+        (3, 5, 4, (None,), "fsdp", {"mini_batches": 2, **KL}),
+        # LoRA, 3 micro-batches: a padding pass, "b" stays None; KL through peft's disabled adapters.
+        (2, 5, 2, ("a",), "fsdp", KL),
+        (2, 6, 3, ("a", "b"), "fsdp", None),  # LoRA: rank 0 trains adapter "a" while rank 1 trains "b"
     ],
 )
-def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(folder, tmp_path, world, n, micro, lora):
+def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(
+    folder, tmp_path, world, n, micro, adapters, strategy, ppo
+):
     torch.set_num_threads(1)
-    batch = records(n, 256, adapters=("a",) if lora else (None,), seed=n)
-    ref = run_case(folder, batch, micro, lora)
+    lora = adapters != (None,)
+    batch = records(n, 256, adapters=adapters, seed=n)
+    ref = run_case(folder, batch, micro, lora, ppo=ppo)
     assert any(g is not None and float(g.abs().sum()) > 0 for g in ref["grads"].values())
-    ranks = spawn(world, folder, batch, micro, lora, tmp_path)
+    ranks = spawn(world, folder, batch, micro, lora, tmp_path, strategy, ppo)
     for got in ranks:
         assert_close_dicts(got["grads"], ref["grads"])
         # Adam's first step moves a weight by lr * g / (|g| + eps): for |g| near eps a 1e-7 relative
@@ -119,7 +176,11 @@ def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(folder, tm
         assert got["metrics"].keys() == ref["metrics"].keys()
         for k, v in ref["metrics"].items():
             assert math.isclose(got["metrics"][k], v, rel_tol=1e-5, abs_tol=1e-7), k
-    if lora:
+        assert_same_optimizer_state(got["state"]["optimizer"], ref["state"]["optimizer"])
+        assert_same_optimizer_state(got["reloaded"]["optimizer"], got["state"]["optimizer"])
+        assert_close_dicts({k: got["full"][k] for k in ref["weights"]}, ref["weights"], atol=1e-6)
+        assert_close_dicts(got["full_reloaded"], got["full"])
+    if "b" not in adapters and lora:
         assert all(g is None for name, g in ref["grads"].items() if ".b." in name and "lora_" in name)
 
 
@@ -135,3 +196,22 @@ def test_shard_and_buckets():
         assert [[p.numel() for p in b] for b in _buckets(params)] == [[3, 5], [2]]
     finally:
         d.BUCKET_ELEMENTS = before
+
+
+def test_fsdp_learner_needs_a_sharded_model(folder):
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with pytest.raises(ValueError, match="shard_module"):
+        Learner(model, PPOConfig(), dp=DataParallel(rank=0, world_size=2, strategy="fsdp"))
+
+
+def test_decoder_layers_are_found_in_plain_and_peft_models(folder):
+    from peft import LoraConfig, get_peft_model
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    layers = decoder_layers(model)
+    assert layers == list(model.model.layers)
+    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    assert decoder_layers(peft_model) == layers
+    assert decoder_layers(torch.nn.Linear(2, 2)) == []
+    with pytest.raises(ValueError, match="strategy"):
+        DataParallel(rank=0, world_size=1, strategy="zero3")

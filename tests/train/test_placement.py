@@ -105,13 +105,22 @@ def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(si
     assert all(math.isfinite(float(t.abs().sum())) for t in ckpt["weights"]["solver"].values())
 
 
-def test_data_parallel_pool_matches_the_single_process(single_process, local_ray, tmp_path):
+@pytest.mark.parametrize("strategy", ["replicate", "fsdp"])
+def test_data_parallel_pool_matches_the_single_process(single_process, local_ray, tmp_path, strategy):
     # One shared pool of 2 ranks holding both models: each model trains data-parallel over the two
     # workers (gloo), the solver's two micro-batches split between them; the numbers must not move.
+    # fsdp: the weights are sharded, rank 0 generates with its own whole copy synced after each update.
     pool = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.shared_pool.ranks": 2}
-    trainer = Trainer(_cfg(tmp_path / "dp", **pool))
+    trainer = Trainer(_cfg(tmp_path / "dp", steps=1, **pool, **{"placement.shared_pool.strategy": strategy}))
     assert [len(p.ranks) for p in trainer.policies.values()] == [2, 2]
     rows = trainer.train()
+    # Resume the checkpoint (weights and optimizer state gathered whole from the ranks) into fresh
+    # ranks for step 2: the engine and both replicas or shards must start from it.
+    trainer = Trainer(
+        _cfg(tmp_path / "dp", steps=2, **pool, **{"placement.shared_pool.strategy": strategy}), resume=True
+    )
+    assert trainer.step == 1
+    rows += trainer.train()
     _assert_same_numbers(rows, single_process)
     # More solver calls than one micro-batch (8) holds, so rank 1 really computed part of the gradient.
     assert all(s["learner/solver/n_samples"] > 8 for s in single_process)
