@@ -23,7 +23,7 @@ from ray.util.placement_group import PlacementGroup, placement_group_table  # no
 
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
-from drmas_train.placement import PlacementConfig, worker_groups  # noqa: E402
+from drmas_train.placement import PlacementConfig, PoolSize, worker_groups  # noqa: E402
 from drmas_train.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -65,6 +65,10 @@ def test_worker_groups_and_bad_placements(local_ray, tmp_path):
     assert worker_groups("lora", ["a", "b"]) == {"lora": ["a", "b"]}
     with pytest.raises(ValueError, match="placement.mode"):
         PlacementConfig(mode="everywhere")
+    with pytest.raises(ValueError, match="strategy must be replicate or fsdp"):
+        PlacementConfig(shared_pool=PoolSize(ranks=2, strategy="zero3"))
+    with pytest.raises(ValueError, match="ranks >= 1"):
+        PlacementConfig(pools={"solver": PoolSize(ranks=0)})
     with pytest.raises(ValueError, match="unknown workers"):
         Trainer(_cfg(tmp_path / "a", **{"placement.mode": "per_agent", "placement.pools.nobody.cpus": 1}))
     # A pool the cluster cannot grant fails with a clear error, and the trainer frees what it made.
