@@ -114,9 +114,9 @@ def tables(runs: list[Run]) -> str:
     by_est: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     lines = ["## Gradient norm per model (pre-clip), over seeds", ""]
     lines += [
-        "| estimator | model | runs | median of medians | max | max / median (worst run) | spikes | skipped "
-        "| zero-signal steps | final accuracy | final team reward |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| estimator | model | runs | median of medians | median of p90s | max | max / median (worst run) | spikes "
+        "| skipped | zero-signal steps | final accuracy | final team reward |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for model, s in run_summary(run).items():
@@ -124,16 +124,22 @@ def tables(runs: list[Run]) -> str:
     for (est, model), ss in sorted(by_est.items()):
         col = {k: np.array([s[k] for s in ss]) for k in ss[0]}
         lines.append(
-            f"| {est} | {model} | {len(ss)} | {fmt(nanmedian(col['median']))} | {fmt(nanmax(col['max']))} "
+            f"| {est} | {model} | {len(ss)} | {fmt(nanmedian(col['median']))} | {fmt(nanmedian(col['p90']))} "
+            f"| {fmt(nanmax(col['max']))} "
             f"| {fmt(nanmax(col['max_over_median']))} | {int(col['spikes'].sum())} | {int(col['skipped'].sum())} "
             f"| {int(col['zero'].sum())} | {fmt(nanmean(col['accuracy']))} | {fmt(nanmean(col['reward_team']))} |"
         )
-    lines += ["", "## Per run", "", "| run | model | steps | median | max | max / median | spikes | skipped | zero |"]
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines += [
+        "",
+        "## Per run",
+        "",
+        "| run | model | steps | median | p90 | max | max / median | spikes | skipped | zero |",
+    ]
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         for model, s in run_summary(run).items():
             lines.append(
-                f"| {run.label} | {model} | {int(s['steps'])} | {fmt(s['median'])} | {fmt(s['max'])} "
+                f"| {run.label} | {model} | {int(s['steps'])} | {fmt(s['median'])} | {fmt(s['p90'])} | {fmt(s['max'])} "
                 f"| {fmt(s['max_over_median'])} | {int(s['spikes'])} | {int(s['skipped'])} | {int(s['zero'])} |"
             )
     lines += ["", "## Per-agent advantage second moment (mean over steps and seeds)", ""]

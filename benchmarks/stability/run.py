@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no finished runs to report on")
         return 1
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
-    command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
+    command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(given)  # the command that ran them
     readme = write_report(done, out, title=f"Stability: {args.name}", command=command)
     print(f"report: {readme}")
     return 0

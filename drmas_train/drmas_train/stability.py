@@ -58,7 +58,10 @@ def running_median_spikes(
 
 
 def grad_norm_summary(norms: Sequence[float], *, factor: float = 5.0, window: int = 20) -> dict[str, float]:
-    """Median, max, max/median, spikes, skipped and zero-signal step counts of one model's grad norms."""
+    """Median, 90th percentile, max, max/median, spikes, skipped and zero-signal step counts of grad norms.
+
+    The 90th percentile (linear interpolation) shows a heavy tail that one max or a spike count misses.
+    """
     arr = np.asarray([float(n) for n in norms], dtype=np.float64)
     finite = arr[np.isfinite(arr) & (arr != 0)]
     med = float(np.median(finite)) if finite.size else float("nan")
@@ -66,6 +69,7 @@ def grad_norm_summary(norms: Sequence[float], *, factor: float = 5.0, window: in
     return {
         "steps": float(arr.size),
         "median": med,
+        "p90": float(np.percentile(finite, 90)) if finite.size else float("nan"),
         "max": mx,
         "max_over_median": mx / med if finite.size and med > 0 else float("nan"),
         "spikes": float(len(running_median_spikes(arr.tolist(), factor=factor, window=window))),

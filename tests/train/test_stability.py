@@ -30,7 +30,9 @@ def test_spikes_against_the_running_median_by_hand():
     # window 2: at i=4 the last two finite norms are 10 and 1, median 5.5 -> 20 is not above 27.5
     assert running_median_spikes([1, 1, 1, 10, 1, 20], window=2) == [3]
     s = grad_norm_summary(norms)
-    # finite, non-zero: 1 1 1 10 1 1 6 1 -> median 1, max 10
+    # finite, non-zero: 1 1 1 10 1 1 6 1 -> median 1, max 10; sorted, the 90th percentile sits 0.3 of
+    # the way from the 7th (6) to the 8th (10) value: 7.2
+    assert s.pop("p90") == pytest.approx(7.2)
     expected = {"steps": 10.0, "median": 1.0, "max": 10.0, "max_over_median": 10.0, "spikes": 2.0}
     assert s == {**expected, "skipped": 1.0, "zero": 1.0}
     assert math.isnan(grad_norm_summary([NAN])["median"]) and grad_norm_summary([NAN])["skipped"] == 1

@@ -85,8 +85,9 @@ def test_report_tables_on_known_runs(tmp_path):
     readme = report.write_report([grpo, drmas], tmp_path / "out", title="T", command="cmd")
     text = readme.read_text()
     # final accuracy = mean of the last five steps' i/10 for i = 2..6 = 0.4
-    assert "| grpo | shared | 1 | 1 | 10 | 10 | 1 | 1 | 1 | 0.4 | 0.4 |" in text
-    assert "| drmas | shared | 1 | 2 | 2 | 1 | 0 | 0 | 0 | 0.4 | 0.4 |" in text
+    # grpo's usable norms 1 1 1 10 1: median 1, p90 1 + 0.6 * 9 = 6.4, max 10
+    assert "| grpo | shared | 1 | 1 | 6.4 | 10 | 10 | 1 | 1 | 1 | 0.4 | 0.4 |" in text
+    assert "| drmas | shared | 1 | 2 | 2 | 2 | 1 | 0 | 0 | 0 | 0.4 | 0.4 |" in text
     assert "| grpo | solver | 0.5 | 2 | 0.25 | 0.5 |" in text
     for png in ("grad_norm_shared.png", "rewards.png", "adv_sq_mean.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000 and f"]({png})" in text
