@@ -150,6 +150,7 @@ KL = {"kl_coef": 0.1}
         (3, 5, 4, (None,), "replicate", None),  # 2 micro-batches on 3 ranks: rank 2 computes nothing, still agrees
         (2, 6, 2, ("a",), "replicate", None),  # LoRA: adapter "b" gets no records: its grads stay None everywhere
         (2, 7, 2, (None,), "fsdp", None),  # 4 micro-batches on 2 sharded ranks
+        (2, 5, 2, (None,), "fsdp", {"gradient_checkpointing": True}),  # as the GPU presets train
         # 2 micro-batches on 3 ranks: rank 2 runs a zero-weight pass (FSDP's collectives need it);
         # two mini-batches also take the recomputed old log-probs and two optimizer steps, and the
         # KL term a sharded reference model, whose forward the padding pass must run too.
