@@ -367,6 +367,7 @@ def build_placed(
         raise ValueError("build_placed needs placement.mode shared or per_agent")
     groups = placed_workers(placement, cfg.models.assignment, agents)
     sizes = pool_sizes(placement, cfg.models.assignment, agents)
+    check_data_parallel_backend(sizes, cfg.models.backend)
     start_ray(placement, sizes)
     handles = [] if handles is None else handles
     pgs = {}
@@ -458,6 +459,22 @@ def _give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) 
                     copy.deepcopy(policy.module).eval(), policy.tokenizer, max_batch_size=max_batch_size
                 )
             policy.backend = engines[id(policy.module)]
+
+
+def check_data_parallel_backend(sizes: dict[str, PoolSize], backend: str) -> None:
+    """Refuse data-parallel pools on the vLLM backend before anything starts.
+
+    An in-process vLLM engine initialises torch.distributed's default group (a world of one) in rank
+    0's process, so that rank could never join the training group and the others would wait forever
+    (seen: a 15-minute hang). Engines that join the training group (vLLM's external launcher, one
+    engine per rank) are the fix; until then, vLLM runs on pools of one rank.
+    """
+    multi = sorted(name for name, size in sizes.items() if size.ranks > 1)
+    if multi and backend == "vllm":
+        raise ValueError(
+            f"pools {multi} have ranks > 1, which the vLLM backend does not support yet (vLLM takes over "
+            "torch.distributed in rank 0's process); use models.backend=transformers or ranks=1"
+        )
 
 
 def shutdown(handles: Iterable[Any]) -> None:
