@@ -230,16 +230,35 @@ def _show(path: Path) -> str:
         return str(path)
 
 
-def write_report(run_dirs: list[str | Path], out: str | Path, *, title: str = "Stability", command: str = "") -> Path:
-    """Write README.md and the plots for these runs into `out`; returns the README's path."""
+def write_report(
+    run_dirs: list[str | Path],
+    out: str | Path,
+    *,
+    title: str = "Stability",
+    command: str = "",
+    max_steps: int | None = None,
+) -> Path:
+    """Write README.md and the plots for these runs into `out`; returns the README's path.
+
+    `max_steps` keeps each run's first steps only, so runs that went further are compared with the
+    others over the same steps.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = sorted((load_run(p) for p in run_dirs), key=lambda r: (r.estimator, r.seed))
+    if max_steps is not None:
+        for run in runs:
+            run.rows = [r for r in run.rows if int(r.get("step", 0)) <= max_steps]
     files = plots(runs, out)
     head = [f"# {title}", ""]
     if command:
         head += ["Command:", "", "```bash", command, "```", ""]
     head += [f"Runs: {', '.join(f'`{_show(r.path)}`' for r in runs)}.", ""]
+    lengths = sorted({len(r.rows) for r in runs})
+    head += [
+        f"Steps per run: {', '.join(map(str, lengths))}" + (f" (capped at {max_steps})" if max_steps else "") + ".",
+        "",
+    ]
     head += [
         "A spike is a step above 5x the running median of the previous 20 non-zero norms; zero-signal steps "
         "(every advantage 0, grad norm exactly 0) and skipped steps take no part in the statistics.",

@@ -9,7 +9,7 @@ with `--resume`, so a run whose metrics.jsonl already has `--steps` rows is not 
 interrupted one continues from its last checkpoint (bit-identical to an uninterrupted run).
 `--round-steps N` advances the runs in rounds of N steps (every run to N, then every run to 2N,
 ...), so a long benchmark stopped early still compares the estimators over the same steps;
-`--report-only` just rebuilds the report. The report (README.md with tables,
+`--report-only` just rebuilds the report, over each run's first `--steps` steps. The report (README.md with tables,
 PNG plots) goes to `benchmarks/results/stability/<name>/`. Extra trainer settings go through
 `--set section.field=value`, exactly as for `drmas-train`.
 """
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
     command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(given)  # the command that ran them
-    readme = write_report(done, out, title=f"Stability: {args.name}", command=command)
+    readme = write_report(done, out, title=f"Stability: {args.name}", command=command, max_steps=args.steps)
     print(f"report: {readme}")
     return 0
 

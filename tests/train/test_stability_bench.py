@@ -91,6 +91,10 @@ def test_report_tables_on_known_runs(tmp_path):
     assert "| grpo | solver | 0.5 | 2 | 0.25 | 0.5 |" in text
     for png in ("grad_norm_shared.png", "rewards.png", "adv_sq_mean.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000 and f"]({png})" in text
+    # Capped at 3 steps, grpo's spike at step 4 is out: every norm is 1.
+    capped = report.write_report([grpo, drmas], tmp_path / "capped", title="T", max_steps=3).read_text()
+    assert "Steps per run: 3 (capped at 3)." in capped
+    assert "| grpo | shared | 1 | 1 | 1 | 1 | 1 | 0 | 0 | 0 |" in capped
 
 
 def test_synthetic_analysis_writes_table_and_plot(tmp_path):
