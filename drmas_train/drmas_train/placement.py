@@ -37,6 +37,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class PolicyWorker:
         rank: int = 0,
         strategy: str = "replicate",
         world_size: int = 1,
+        engine_gpus: float = 0.0,
     ):
         import dataclasses
 
@@ -122,10 +124,15 @@ class PolicyWorker:
         self.cfg, self.rank = cfg, rank
         self.sharded = strategy == "fsdp" and world_size > 1
         models = cfg.models
-        if rank > 0:  # a replica only trains: the transformers wrapper shares its module and costs nothing
+        engine_actors = models.backend == "vllm" and world_size > 1 and rank == 0
+        if rank > 0 or engine_actors:  # the transformers wrapper shares its module and costs nothing
             models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
         self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
+        if engine_actors:
+            # vLLM in this process would take torch.distributed's default group (a world of one),
+            # which the data-parallel group needs: its engines run in actors of their own.
+            _move_vllm_engines_to_actors(self.policies, cfg.models, lora_ranks, engine_gpus)
         if self.sharded:
             # FSDP replaces the parameters by shards, so the learners are built after sharding
             # (`join_data_parallel`), and rank 0's engine must not share the module it trains.
@@ -367,7 +374,6 @@ def build_placed(
         raise ValueError("build_placed needs placement.mode shared or per_agent")
     groups = placed_workers(placement, cfg.models.assignment, agents)
     sizes = pool_sizes(placement, cfg.models.assignment, agents)
-    check_data_parallel_backend(sizes, cfg.models.backend)
     start_ray(placement, sizes)
     handles = [] if handles is None else handles
     pgs = {}
@@ -389,10 +395,13 @@ def build_placed(
     for wname, wagents in groups.items():
         size = sizes[wname]
         ranks[wname] = []
+        engine_actors = cfg.models.backend == "vllm" and size.ranks > 1
         for rank in range(size.ranks):
+            # rank 0 of a data-parallel vLLM pool shares its bundle's GPUs with its engine actors
+            gpus = size.gpus / 2 if engine_actors and rank == 0 else size.gpus
             worker = actor_cls.options(
                 num_cpus=size.cpus,
-                num_gpus=size.gpus,
+                num_gpus=gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=rank),
             ).remote(
                 cfg,
@@ -402,6 +411,7 @@ def build_placed(
                 rank,
                 size.strategy,
                 size.ranks,
+                size.gpus - gpus,
             )
             handles.append(worker)
             ranks[wname].append(worker)
@@ -444,6 +454,67 @@ def _join_data_parallel(ranks: dict[str, list[Any]], sizes: dict[str, PoolSize],
     ray.get(pending)
 
 
+class EngineActor:
+    """A vLLM engine in an actor of its own, beside a data-parallel rank 0 (see `ActorBackend`)."""
+
+    def __init__(self, models_cfg: Any, path: str, lora_rank: int | None):
+        from transformers import AutoTokenizer
+
+        from drmas_train.models.assignment import make_backend
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        self.backend = make_backend("vllm", None, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.backend, method)(*args, **kwargs)
+
+
+class ActorBackend:
+    """The `Backend` of an engine living in an `EngineActor`: calls go through Ray, tensors by value."""
+
+    def __init__(self, actor: Any, tokenizer: Any):
+        self.actor, self.tokenizer = actor, tokenizer
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(self.actor.call.remote(method, *args, **kwargs))
+
+    def generate(self, prompts, sampling, *, adapters=None, seed=None):
+        return self._call("generate", list(prompts), list(sampling), adapters=adapters, seed=seed)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        self._call("load_weights", [(n, t.detach().cpu()) for n, t in named_tensors])
+
+    def load_adapter_tensors(self, name: str, named_tensors: Iterable[tuple[str, Any]], peft_config: dict) -> None:
+        self._call("load_adapter_tensors", name, [(n, t.detach().cpu()) for n, t in named_tensors], peft_config)
+
+
+def _move_vllm_engines_to_actors(
+    policies: dict[str, Any], models_cfg: Any, lora_ranks: dict[str, int], gpus: float
+) -> None:
+    """Give each module of this worker a vLLM engine in an `EngineActor` on this worker's bundle.
+
+    The engines share `gpus` (the part of the bundle's GPUs the worker left them) equally.
+    """
+    import ray
+    from ray.util import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = get_current_placement_group()
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0) if pg is not None else None
+    gpus /= len({id(p.module) for p in policies.values()})
+    engines: dict[int, ActorBackend] = {}
+    for policy in policies.values():
+        if id(policy.module) not in engines:
+            rank = max([models_cfg.lora_rank, *lora_ranks.values()]) if policy.adapter is not None else None
+            actor = ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy)
+            engines[id(policy.module)] = ActorBackend(
+                actor.remote(models_cfg, str(policy.path), rank), policy.tokenizer
+            )
+        policy.backend = engines[id(policy.module)]
+
+
 def _give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) -> None:
     """Give transformers engines that share the trained module a copy of it (FSDP will shard the module)."""
     import copy
@@ -459,22 +530,6 @@ def _give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) 
                     copy.deepcopy(policy.module).eval(), policy.tokenizer, max_batch_size=max_batch_size
                 )
             policy.backend = engines[id(policy.module)]
-
-
-def check_data_parallel_backend(sizes: dict[str, PoolSize], backend: str) -> None:
-    """Refuse data-parallel pools on the vLLM backend before anything starts.
-
-    An in-process vLLM engine initialises torch.distributed's default group (a world of one) in rank
-    0's process, so that rank could never join the training group and the others would wait forever
-    (seen: a 15-minute hang). Engines that join the training group (vLLM's external launcher, one
-    engine per rank) are the fix; until then, vLLM runs on pools of one rank.
-    """
-    multi = sorted(name for name, size in sizes.items() if size.ranks > 1)
-    if multi and backend == "vllm":
-        raise ValueError(
-            f"pools {multi} have ranks > 1, which the vLLM backend does not support yet (vLLM takes over "
-            "torch.distributed in rank 0's process); use models.backend=transformers or ranks=1"
-        )
 
 
 def shutdown(handles: Iterable[Any]) -> None:

@@ -69,10 +69,6 @@ def test_worker_groups_and_bad_placements(local_ray, tmp_path):
         PlacementConfig(shared_pool=PoolSize(ranks=2, strategy="zero3"))
     with pytest.raises(ValueError, match="ranks >= 1"):
         PlacementConfig(pools={"solver": PoolSize(ranks=0)})
-    # vLLM owns torch.distributed in rank 0's process: refused before any worker starts, not a hang.
-    dp_vllm = {"placement.mode": "shared", "placement.shared_pool.ranks": 2, "models.backend": "vllm"}
-    with pytest.raises(ValueError, match="vLLM backend does not support"):
-        Trainer(_cfg(tmp_path / "c", **dp_vllm))
     with pytest.raises(ValueError, match="unknown workers"):
         Trainer(_cfg(tmp_path / "a", **{"placement.mode": "per_agent", "placement.pools.nobody.cpus": 1}))
     # A pool the cluster cannot grant fails with a clear error, and the trainer frees what it made.

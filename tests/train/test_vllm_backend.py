@@ -212,12 +212,15 @@ def test_imports_without_vllm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("placement", ["none", "shared"])
+@pytest.mark.parametrize("placement", ["none", "shared", "fsdp"])
 def test_smoke_training_with_the_vllm_backend(tmp_path, placement):
     """`drmas-train --preset smoke` on vLLM; the learner's ratio against the *sampling* log-probs stays 1.
 
     `shared` runs the engine and the learner inside a Ray worker (a local Ray the CLI starts), so the
-    push after each update happens in the worker; the ratio check holds there too.
+    push after each update happens in the worker; the ratio check holds there too. `fsdp`: the same
+    on a pool of two ranks training the model sharded; the engine runs in an actor beside rank 0 (an
+    in-process vLLM would take torch.distributed's default group) and gets the weights gathered from
+    both shards after each update.
 
     With `old_logprobs=sampled` the PPO ratio is exp(learner - engine) log-probs. At step 2 the engine
     samples with the weights (or adapters) pushed after step 1, so a missed or partial push shows as a
@@ -229,8 +232,13 @@ def test_smoke_training_with_the_vllm_backend(tmp_path, placement):
 
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "drmas_train", "--preset", "smoke", "--run-dir", str(run_dir)]
-    cmd += ["--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled", "--placement", placement]
-    cmd += ["--set", "log.tensorboard=false"]
+    cmd += ["--set", "models.backend=vllm", "--set", "learner.old_logprobs=sampled", "--set", "log.tensorboard=false"]
+    if placement == "fsdp":
+        cmd += ["--placement", "shared", "--set", "placement.shared_pool.ranks=2"]
+        cmd += ["--set", "placement.shared_pool.strategy=fsdp"]
+        placement = "shared"
+    else:
+        cmd += ["--placement", placement]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"mode: {placement}" in (run_dir / "config.yaml").read_text()
