@@ -23,7 +23,9 @@ Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. 
 worker above (engine, generation, checkpoints); ranks 1.. hold replicas and learners only. Every
 update goes to all ranks at once, each computes its share of the micro-batches and the gradients
 are summed over torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is
-the one-process step; only rank 0 pushes the new weights into its engine.
+the one-process step; only rank 0 pushes the new weights into its engine. A vLLM engine cannot
+live in a data-parallel process (it takes torch.distributed's default group), so rank 0's vLLM
+engines run in `EngineActor`s on its bundle and receive the weights through Ray.
 
 Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
