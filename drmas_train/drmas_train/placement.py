@@ -61,7 +61,7 @@ class PoolSize:
     strategy: str = "replicate"
     """With ranks > 1: replicate (a full copy per rank, gradients all-reduced: fastest when the training
     state fits a device) or fsdp (weights, gradients and AdamW state sharded over the ranks, FSDP2: the
-    paper-scale choice, e.g. 64 GB of state for a 4B model becomes 16 GB per GPU on 4 ranks)."""
+    paper-scale choice: by arithmetic, a 4B model's 64 GB of state becomes 16 GB per GPU on 4 ranks)."""
 
 
 @dataclass
@@ -258,6 +258,9 @@ class RemotePolicy:
     path: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.ranks = self.ranks or [self.worker]
+
     def trainable(self) -> Iterator[tuple[str, Any]]:
         yield from self.weights().items()
 
@@ -273,7 +276,7 @@ class RemotePolicy:
         """Load checkpointed weights in every rank; rank 0 also pushes them into its engine."""
         import ray
 
-        ray.get([w.load_weights.remote(self.name, tensors) for w in self.ranks or [self.worker]])
+        ray.get([w.load_weights.remote(self.name, tensors) for w in self.ranks])
 
 
 class RemoteLearner:
