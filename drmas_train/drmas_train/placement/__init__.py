@@ -1,0 +1,57 @@
+"""Ray resource pools: run each model's engine and learner in a Ray actor, on a shared or per-model pool.
+
+    drmas-train --preset smoke --assignment per_agent --placement per_agent \
+        --set placement.pools.solver.cpus=1 --set placement.pools.verifier.cpus=1
+
+The `placement` section of `TrainConfig` (a `PlacementConfig`) selects it; `Trainer` then builds its
+policies here with `build_placed` (the models are never loaded on the driver), runs its unchanged loop
+against the proxies, and frees the workers with `shutdown` when training ends.
+
+Modes:
+- `shared` (the paper's): one pool (a Ray placement group of one bundle) and one worker on it that
+  holds every model. The trainer updates models one after another, so the models time-share the
+  pool's devices: generate, update model by model, sync weights.
+- `per_agent`: one worker per group of models that must live together (assignment per_agent /
+  heterogeneous: one per agent; shared: one; lora: one with every adapter on the shared base), each
+  on a disjoint pool of its own size (`pools[name]`, else `default_pool`).
+
+A *worker* is one Ray actor holding its models with their engines and learners. After each update
+it pushes the new weights into its own engine, so no weights cross the network while training;
+checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
+
+Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Rank 0 is the
+worker above (engine, generation, checkpoints); ranks 1.. hold replicas and learners only. Every
+update goes to all ranks at once, each computes its share of the micro-batches and the gradients
+are summed over torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is
+the one-process step; only rank 0 pushes the new weights into its engine. A vLLM engine cannot
+live in a data-parallel process (it takes torch.distributed's default group), so rank 0's vLLM
+engines run in `EngineActor`s on its bundle and receive the weights through Ray.
+
+Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
+(`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
+Pools are sized in CPUs and GPUs per rank; a rank uses its bundle's devices.
+"""
+
+from drmas_train.placement.build import build_placed, shutdown, start_ray
+from drmas_train.placement.config import MODES, PlacementConfig, PoolSize, placed_workers, pool_sizes, worker_groups
+from drmas_train.placement.engines import ActorBackend, EngineActor
+from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
+from drmas_train.placement.worker import PolicyWorker
+
+__all__ = [
+    "MODES",
+    "ActorBackend",
+    "EngineActor",
+    "PlacementConfig",
+    "PolicyWorker",
+    "PoolSize",
+    "RemoteBackend",
+    "RemoteLearner",
+    "RemotePolicy",
+    "build_placed",
+    "placed_workers",
+    "pool_sizes",
+    "shutdown",
+    "start_ray",
+    "worker_groups",
+]

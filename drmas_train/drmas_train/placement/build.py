@@ -1,0 +1,163 @@
+"""Starting the workers on their pools, joining their data-parallel groups, and freeing them."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from drmas_train.placement.config import PlacementConfig, PoolSize, placed_workers, pool_sizes, uses_engine_actors
+from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
+from drmas_train.placement.worker import PolicyWorker
+
+
+def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = None) -> bool:
+    """Join `ray_address`, or start a local Ray with enough logical CPUs for the pools `sizes`.
+
+    Returns:
+        True when this call started (or joined) Ray, False when Ray was already up in this process.
+
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if placement.ray_address:
+        ray.init(address=placement.ray_address)
+        return True
+    # Logical CPUs: pools bigger than the machine still get scheduled (and share its cores).
+    wanted = math.ceil(sum(p.cpus for p in (sizes or {}).values()))
+    ray.init(num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def build_placed(
+    cfg: Any,
+    agents: Sequence[str],
+    placement: PlacementConfig,
+    lora_ranks: dict[str, int] | None = None,
+    *,
+    handles: list[Any] | None = None,
+):
+    """Start the workers on their pools; return (policies, learners, handles) for the trainer.
+
+    Args:
+        cfg: the `TrainConfig` (pickled to every worker).
+        agents: the env's agents, in order.
+        placement: where the workers go.
+        lora_ranks: per-agent LoRA ranks.
+        handles: a list to append Ray handles to as they are made, so a caller can free them if
+            building fails half-way.
+
+    Returns:
+        `policies` (name -> RemotePolicy), `learners` (name -> RemoteLearner) and the list of Ray
+        handles (actors and placement groups) to keep alive; `shutdown(handles)` frees them.
+
+    Raises:
+        TimeoutError: the cluster did not grant the pools within `placement.ready_timeout_s`.
+
+    """
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    from transformers import AutoTokenizer
+
+    if placement.mode == "none":
+        raise ValueError("build_placed needs placement.mode shared or per_agent")
+    groups = placed_workers(placement, cfg.models.assignment, agents)
+    sizes = pool_sizes(placement, cfg.models.assignment, agents)
+    start_ray(placement, sizes)
+    handles = [] if handles is None else handles
+    pgs = {}
+    for pool, size in sizes.items():
+        bundle = {"CPU": size.cpus, **({"GPU": size.gpus} if size.gpus else {})}
+        pgs[pool] = placement_group([bundle] * size.ranks, strategy="PACK")
+        handles.append(pgs[pool])
+    try:
+        ray.get([pg.ready() for pg in pgs.values()], timeout=placement.ready_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        asked = {pool: _describe(size) for pool, size in sizes.items()}
+        raise TimeoutError(
+            f"Ray did not grant the pools {asked} within {placement.ready_timeout_s:.0f} s; "
+            f"the cluster has {ray.cluster_resources()}"
+        ) from None
+    actor_cls = ray.remote(PolicyWorker)
+    policies, learners = {}, {}
+    ranks: dict[str, list[Any]] = {}
+    for wname, wagents in groups.items():
+        size = sizes[wname]
+        ranks[wname] = []
+        engine_actors = uses_engine_actors(cfg.models.backend, size.ranks)
+        for rank in range(size.ranks):
+            # rank 0 of a data-parallel vLLM pool shares its bundle's GPUs with its engine actors
+            gpus = size.gpus / 2 if engine_actors and rank == 0 else size.gpus
+            worker = actor_cls.options(
+                num_cpus=size.cpus,
+                num_gpus=gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=rank),
+            ).remote(
+                cfg,
+                wagents,
+                dict(lora_ranks or {}),
+                int(cfg.threads or max(1, size.cpus)),
+                rank,
+                size.strategy,
+                size.ranks,
+                size.gpus - gpus,
+            )
+            handles.append(worker)
+            ranks[wname].append(worker)
+    # The workers build their models at the same time; wait for all of them only now.
+    workers = [r[0] for r in ranks.values()]
+    described = ray.get([w.describe.remote() for w in workers])
+    _join_data_parallel(ranks, sizes, placement.ready_timeout_s)
+    for (wname, group), infos in zip(ranks.items(), described):
+        worker = group[0]
+        sharded = sizes[wname].strategy == "fsdp" and len(group) > 1
+        for pname, info in infos.items():
+            tokenizer = AutoTokenizer.from_pretrained(info["path"])
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            policies[pname] = RemotePolicy(
+                pname,
+                tokenizer,
+                RemoteBackend(worker, pname, tokenizer),
+                info["agents"],
+                worker,
+                ranks=group,
+                sharded=sharded,
+                adapter=info["adapter"],
+                path=info["path"],
+            )
+            learners[pname] = RemoteLearner(group, pname, sharded=sharded)
+    return policies, learners, handles
+
+
+def _join_data_parallel(ranks: dict[str, list[Any]], sizes: dict[str, PoolSize], timeout_s: float) -> None:
+    """Form one torch.distributed group per worker with several ranks, at its rank 0's address."""
+    import ray
+
+    pending = []
+    for wname, group in ranks.items():
+        if len(group) > 1:
+            host, port = ray.get(group[0].rendezvous.remote())
+            strategy = sizes[wname].strategy
+            pending += [w.join_data_parallel.remote(host, port, len(group), timeout_s, strategy) for w in group]
+    ray.get(pending)
+
+
+def shutdown(handles: Iterable[Any]) -> None:
+    """Kill the workers and remove the placement groups."""
+    import ray
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    for h in handles:
+        if isinstance(h, PlacementGroup):
+            remove_placement_group(h)
+        else:
+            ray.kill(h)
+
+
+def _describe(size: PoolSize) -> str:
+    return f"{size.cpus:g} CPU" + (f" + {size.gpus:g} GPU" if size.gpus else "")

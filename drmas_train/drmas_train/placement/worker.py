@@ -1,0 +1,130 @@
+"""The worker: one Ray actor that builds its policies and learners and serves them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from drmas_train.placement.config import uses_engine_actors
+from drmas_train.placement.engines import give_engines_their_own_copy, move_vllm_engines_to_actors
+
+
+class PolicyWorker:
+    """One worker: builds its policies and learners from the training config, and serves them."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        agents: Sequence[str],
+        lora_ranks: dict[str, int],
+        threads: int,
+        rank: int = 0,
+        strategy: str = "replicate",
+        world_size: int = 1,
+        engine_gpus: float = 0.0,
+    ):
+        import dataclasses
+
+        import torch
+
+        from drmas_train.models.assignment import build_policies
+        from drmas_train.policy_ops import make_learner, seed_everything
+
+        torch.set_num_threads(max(1, threads))
+        self.cfg, self.rank = cfg, rank
+        self.sharded = strategy == "fsdp" and world_size > 1
+        models = cfg.models
+        engine_actors = uses_engine_actors(models.backend, world_size, rank)
+        if rank > 0 or engine_actors:  # the transformers wrapper shares its module and costs nothing
+            models = dataclasses.replace(models, backend="transformers")
+        seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
+        self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
+        if engine_actors:
+            move_vllm_engines_to_actors(self.policies, cfg.models, lora_ranks, engine_gpus)
+        if self.sharded:
+            # FSDP replaces the parameters by shards, so the learners are built after sharding
+            # (`join_data_parallel`), and rank 0's engine must not share the module it trains.
+            self.learners = {}
+            if rank == 0:
+                give_engines_their_own_copy(self.policies, models.max_gen_batch)
+        else:
+            self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+        for name in self.policies:
+            self._sync(name, collective=False)
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: the address and free port where the other ranks join the data-parallel group."""
+        from drmas_train.distributed import rendezvous_address
+
+        return rendezvous_address()
+
+    def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
+        """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights."""
+        from drmas_train.distributed import join, shard_module
+        from drmas_train.policy_ops import make_learner
+
+        dp = join(self.rank, world_size, host, port, timeout_s=timeout_s, strategy=strategy)
+        modules = {id(p.module): p.module for p in self.policies.values()}
+        for module in modules.values():
+            if dp.sharded:
+                shard_module(module, dp)
+            else:
+                dp.broadcast_module(module)
+        if dp.sharded:
+            self.learners = {name: make_learner(self.cfg, p, dp=dp) for name, p in self.policies.items()}
+        for learner in self.learners.values():
+            learner.dp = dp
+
+    def _sync(self, name: str, *, collective: bool = True) -> None:
+        """Push policy `name`'s weights into rank 0's engine; under FSDP every rank gathers them first."""
+        from drmas_train.distributed import full_state_dict
+        from drmas_train.policy_ops import sync_engine
+
+        policy = self.policies[name]
+        if self.sharded and collective:
+            whole = full_state_dict(policy.module)
+            if self.rank == 0:
+                sync_engine(policy, whole)
+        elif self.rank == 0:
+            sync_engine(policy)
+
+    def describe(self) -> dict[str, Any]:
+        """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
+        return {n: {"agents": p.agents, "adapter": p.adapter, "path": str(p.path)} for n, p in self.policies.items()}
+
+    def generate(self, name: str, prompts, sampling, adapters, seed):
+        return self.policies[name].backend.generate(prompts, sampling, adapters=adapters, seed=seed)
+
+    def update(self, name: str, records) -> dict[str, float]:
+        """Train policy `name` on its records, then push the new weights into the worker's engine."""
+        metrics = self.learners[name].update(records)
+        self._sync(name)
+        return metrics
+
+    def weights(self, name: str) -> dict[str, Any]:
+        """The policy's checkpoint tensors on the CPU (under FSDP a collective: every rank gathers)."""
+        from drmas_train.distributed import full_state_dict
+
+        policy = self.policies[name]
+        if not self.sharded:
+            return {k: v.detach().cpu() for k, v in policy.weights().items()}
+        whole = full_state_dict(policy.module)
+        return whole if policy.adapter is None else {n: whole[n] for n, _ in policy.trainable()}
+
+    def load_weights(self, name: str, tensors: dict[str, Any]) -> None:
+        """Load checkpointed weights (every rank is given the same whole tensors), then sync the engine."""
+        from drmas_train.distributed import load_full_state_dict
+        from drmas_train.policy_ops import load_policy_weights
+
+        policy = self.policies[name]
+        if self.sharded:
+            load_full_state_dict(policy.module, tensors, strict=policy.adapter is None)
+        else:
+            load_policy_weights(policy, tensors)
+        self._sync(name)
+
+    def learner_state(self, name: str) -> dict[str, Any]:
+        return self.learners[name].state_dict()
+
+    def load_learner_state(self, name: str, state: dict[str, Any]) -> None:
+        self.learners[name].load_state_dict(state)
