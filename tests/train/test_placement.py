@@ -24,6 +24,7 @@ from ray.util.placement_group import PlacementGroup, placement_group_table  # no
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
 from drmas_train.placement import PlacementConfig, PoolSize, worker_groups  # noqa: E402
+from drmas_train.placement.config import uses_engine_actors  # noqa: E402
 from drmas_train.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,11 @@ def _removed(pg_ids):
 def test_worker_groups_and_bad_placements(local_ray, tmp_path):
     assert worker_groups("per_agent", ["a", "b"]) == {"a": ["a"], "b": ["b"]}
     assert worker_groups("lora", ["a", "b"]) == {"lora": ["a", "b"]}
+    # Only rank 0 of a data-parallel vLLM pool moves its engines into actors of their own.
+    assert uses_engine_actors("vllm", ranks=2, rank=0)
+    assert not uses_engine_actors("vllm", ranks=2, rank=1)
+    assert not uses_engine_actors("vllm", ranks=1, rank=0)
+    assert not uses_engine_actors("transformers", ranks=2, rank=0)
     with pytest.raises(ValueError, match="placement.mode"):
         PlacementConfig(mode="everywhere")
     with pytest.raises(ValueError, match="strategy must be replicate or fsdp"):
