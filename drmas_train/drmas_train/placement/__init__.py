@@ -30,6 +30,9 @@ engines run in `EngineActor`s on its bundle and receive the weights through Ray.
 Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
 Pools are sized in CPUs and GPUs per rank; a rank uses its bundle's devices.
+
+Modules: `config` (pool sizes, modes, which workers), `worker` (the Ray actor), `proxies` (what the
+driver's loop sees), `engines` (engines beside a data-parallel rank 0), `build` (start and free).
 """
 
 from drmas_train.placement.build import build_placed, shutdown, start_ray

@@ -88,10 +88,9 @@ def build_placed(
     for wname, wagents in groups.items():
         size = sizes[wname]
         ranks[wname] = []
-        engine_actors = uses_engine_actors(cfg.models.backend, size.ranks)
         for rank in range(size.ranks):
-            # rank 0 of a data-parallel vLLM pool shares its bundle's GPUs with its engine actors
-            gpus = size.gpus / 2 if engine_actors and rank == 0 else size.gpus
+            # a rank with engine actors shares its bundle's GPUs with them, half each
+            gpus = size.gpus / 2 if uses_engine_actors(cfg.models.backend, size.ranks, rank) else size.gpus
             worker = actor_cls.options(
                 num_cpus=size.cpus,
                 num_gpus=gpus,
