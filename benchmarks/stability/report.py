@@ -4,7 +4,8 @@
 
 Each run directory holds `config.yaml` (estimator and seed are read from it) and `metrics.jsonl`
 (one row per step: `grad_norm/<model>`, `learner/<model>/skipped`, `accuracy`, `reward/team`,
-`reward/<agent>`, `adv/<agent>/sq_mean`, `adv_global/<agent>/sq_mean`, `adv_global/<agent>/gap`).
+`reward/<agent>`, `valid/<agent>`, `time/step`, `adv/<agent>/sq_mean`, `adv_global/<agent>/sq_mean`,
+`adv_global/<agent>/gap`).
 Writes `README.md` (tables) and PNG plots into the output folder. Definitions are those of
 `drmas_train.stability`: a spike is a step above 5x the running median of the previous 20 steps.
 """
@@ -23,6 +24,7 @@ import yaml
 from drmas_train.stability import as_float, grad_norm_summary, read_jsonl
 
 FINAL_STEPS = 5  # "final" figures average the last few steps, since one step's reward is noisy
+WINDOWS = 3  # the learning table splits the steps into this many windows (early / middle / late)
 
 
 @dataclass
@@ -105,6 +107,10 @@ def nanmean(x) -> float:
     return float(np.mean(x[np.isfinite(x)])) if np.isfinite(x).any() else float("nan")
 
 
+def rate(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.2f}"
+
+
 def fmt(x: float, digits: int = 3) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:.{digits}g}"
 
@@ -161,6 +167,43 @@ def tables(runs: list[Run]) -> str:
             f"| {est} | {agent} | {fmt(m['sq_mean'])} | {fmt(m['sq_mean_global'])} | {fmt(m['gap'])} "
             f"| {fmt(m['reward'])} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def windowed_means(values: np.ndarray, windows: int) -> list[float]:
+    """Means of `values` over `windows` consecutive, near-equal runs of steps (NaNs ignored)."""
+    return [nanmean(part) for part in np.array_split(values, min(windows, max(values.size, 1)))]
+
+
+def learning_table(runs: list[Run], windows: int = WINDOWS) -> str:
+    """What the runs learn: per estimator, well-formed share per agent and accuracy over step windows.
+
+    One step's rates come from a handful of episodes, so windows of several steps are what can be
+    read; the steps compared are those every run has.
+    """
+    n = min(len(r.rows) for r in runs)
+    if n == 0:
+        return ""
+    bounds = [(int(part[0]) + 1, int(part[-1]) + 1) for part in np.array_split(np.arange(n), min(windows, n))]
+    span = " / ".join(f"{a}-{b}" for a, b in bounds)
+    agents = sorted({a for r in runs for a in r.keys("valid/")})
+    lines = [
+        "## What the runs learn",
+        "",
+        f"Mean over steps {span} (and over seeds) of each agent's well-formed share of calls (`valid/<agent>`) "
+        "and of accuracy; the last column is the mean wall time of a step.",
+        "",
+        "| estimator | " + " | ".join(f"{a} well-formed" for a in agents) + " | accuracy | s / step |",
+        "|---" * (len(agents) + 3) + "|",
+    ]
+    for est in sorted({r.estimator for r in runs}):
+        mine = [r for r in runs if r.estimator == est]
+        cells = []
+        for key in [f"valid/{a}" for a in agents] + ["accuracy"]:
+            per_run = np.array([windowed_means(r.series(key)[:n], windows) for r in mine])
+            cells.append(" / ".join(rate(nanmean(col)) for col in per_run.T))
+        seconds = nanmean([nanmean(r.series("time/step")[:n]) for r in mine])
+        lines.append(f"| {est} | " + " | ".join(cells) + f" | {fmt(seconds)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -264,7 +307,7 @@ def write_report(
         "(every advantage 0, grad norm exactly 0) and skipped steps take no part in the statistics.",
         "",
     ]
-    body = "\n" + tables(runs) + "\n" + "\n".join(f"![{f}]({f})" for f in files) + "\n"
+    body = "\n" + tables(runs) + "\n" + learning_table(runs) + "\n" + "\n".join(f"![{f}]({f})" for f in files) + "\n"
     readme = out / "README.md"
     readme.write_text("\n".join(head) + body)
     return readme

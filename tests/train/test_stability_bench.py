@@ -66,6 +66,8 @@ def write_run(folder: Path, estimator: str, norms: list, skipped: list) -> Path:
                 "accuracy": i / 10,
                 "reward/team": i / 10,
                 "reward/solver": 0.5,
+                "valid/solver": i / 10,
+                "time/step": 10.0,
                 "grad_norm/shared": n,
                 "learner/shared/skipped": s,
                 "adv/solver/sq_mean": 0.5,
@@ -89,6 +91,9 @@ def test_report_tables_on_known_runs(tmp_path):
     assert "| grpo | shared | 1 | 1 | 6.4 | 10 | 10 | 1 | 1 | 1 | 0.4 | 0.4 |" in text
     assert "| drmas | shared | 1 | 2 | 2 | 2 | 1 | 0 | 0 | 0 | 0.4 | 0.4 |" in text
     assert "| grpo | solver | 0.5 | 2 | 0.25 | 0.5 |" in text
+    # learning table: 7 steps in windows 1-3 / 4-5 / 6-7; valid and accuracy are i/10 for i = 0..6
+    assert "Mean over steps 1-3 / 4-5 / 6-7" in text
+    assert "| grpo | 0.10 / 0.35 / 0.55 | 0.10 / 0.35 / 0.55 | 10 |" in text
     for png in ("grad_norm_shared.png", "rewards.png", "adv_sq_mean.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000 and f"]({png})" in text
     # Capped at 3 steps, grpo's spike at step 4 is out: every norm is 1.
