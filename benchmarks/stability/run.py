@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
     command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(given)  # the command that ran them
-    readme = write_report(done, out, title=f"Stability: {args.name}", command=command, max_steps=args.steps)
+    # the title names the results folder: one set of runs can feed several reports (--out)
+    readme = write_report(done, out, title=f"Stability: {out.name}", command=command, max_steps=args.steps)
     print(f"report: {readme}")
     return 0
 

@@ -119,6 +119,7 @@ def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
     argv += ["--set", "threads=1"]  # a tiny model: intra-op threads only contend on a busy 2-core machine
     assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "README.md").read_text()
+    assert text.startswith("# Stability: out\n")  # titled by its results folder, not the runs' --name
     assert "| drmas | shared | 1 |" in text and "| drmas s0 | shared | 2 |" in text
     assert "| drmas | solver |" in text and "| drmas | verifier |" in text  # the per-agent moments were logged
     # a finished run is not run again
