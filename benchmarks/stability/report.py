@@ -179,7 +179,8 @@ def learning_table(runs: list[Run], windows: int = WINDOWS) -> str:
     """What the runs learn: per estimator, well-formed share per agent and accuracy over step windows.
 
     One step's rates come from a handful of episodes, so windows of several steps are what can be
-    read; the steps compared are those every run has.
+    read; the steps compared are those every run has. With several seeds per estimator, one row per
+    run follows the estimator rows, so a reader sees whether every seed agrees with the mean.
     """
     n = min(len(r.rows) for r in runs)
     if n == 0:
@@ -196,15 +197,23 @@ def learning_table(runs: list[Run], windows: int = WINDOWS) -> str:
         "| estimator | " + " | ".join(f"{a} well-formed" for a in agents) + " | accuracy | s / step |",
         "|---" * (len(agents) + 3) + "|",
     ]
-    for est in sorted({r.estimator for r in runs}):
-        mine = [r for r in runs if r.estimator == est]
-        cells = []
-        for key in [f"valid/{a}" for a in agents] + ["accuracy"]:
-            per_run = np.array([windowed_means(r.series(key)[:n], windows) for r in mine])
-            cells.append(" / ".join(rate(nanmean(col)) for col in per_run.T))
-        seconds = nanmean([nanmean(r.series("time/step")[:n]) for r in mine])
-        lines.append(f"| {est} | " + " | ".join(cells) + f" | {fmt(seconds)} |")
+    estimators = sorted({r.estimator for r in runs})
+    groups = [(est, [r for r in runs if r.estimator == est]) for est in estimators]
+    if len(runs) > len(estimators):
+        groups += [(r.label, [r]) for r in sorted(runs, key=lambda r: (r.estimator, r.seed))]
+    keys = [f"valid/{a}" for a in agents] + ["accuracy"]
+    lines += [_learning_row(label, mine, keys, n, windows) for label, mine in groups]
     return "\n".join(lines) + "\n"
+
+
+def _learning_row(label: str, runs: list[Run], keys: list[str], n: int, windows: int) -> str:
+    """One learning-table row: each key's windowed means over the first `n` steps, averaged over `runs`."""
+    cells = []
+    for key in keys:
+        per_run = np.array([windowed_means(r.series(key)[:n], windows) for r in runs])
+        cells.append(" / ".join(rate(nanmean(col)) for col in per_run.T))
+    seconds = nanmean([nanmean(r.series("time/step")[:n]) for r in runs])
+    return f"| {label} | " + " | ".join(cells) + f" | {fmt(seconds)} |"
 
 
 def plots(runs: list[Run], out: Path) -> list[str]:

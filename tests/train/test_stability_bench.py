@@ -55,18 +55,18 @@ def test_driver_rounds_advance_every_run_before_the_next_round(capsys, tmp_path)
     assert order == [(3, "grpo"), (3, "drmas"), (5, "grpo"), (5, "drmas")]
 
 
-def write_run(folder: Path, estimator: str, norms: list, skipped: list) -> Path:
+def write_run(folder: Path, estimator: str, norms: list, skipped: list, seed: int = 0, scale: float = 1) -> Path:
     folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(f"seed: 0\nalgo:\n  estimator: {estimator}\n")
+    (folder / "config.yaml").write_text(f"seed: {seed}\nalgo:\n  estimator: {estimator}\n")
     rows = []
     for i, (n, s) in enumerate(zip(norms, skipped)):
         rows.append(
             {
                 "step": i + 1,
-                "accuracy": i / 10,
+                "accuracy": scale * i / 10,
                 "reward/team": i / 10,
                 "reward/solver": 0.5,
-                "valid/solver": i / 10,
+                "valid/solver": scale * i / 10,
                 "time/step": 10.0,
                 "grad_norm/shared": n,
                 "learner/shared/skipped": s,
@@ -94,6 +94,7 @@ def test_report_tables_on_known_runs(tmp_path):
     # learning table: 7 steps in windows 1-3 / 4-5 / 6-7; valid and accuracy are i/10 for i = 0..6
     assert "Mean over steps 1-3 / 4-5 / 6-7" in text
     assert "| grpo | 0.10 / 0.35 / 0.55 | 0.10 / 0.35 / 0.55 | 10 |" in text
+    assert "| grpo s0 | 0.10" not in text  # one run per estimator: no per-run learning rows
     for png in ("grad_norm_shared.png", "rewards.png", "adv_sq_mean.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000 and f"]({png})" in text
     # Capped at 3 steps, grpo's spike at step 4 is out: every norm is 1.
@@ -127,3 +128,14 @@ def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
     mtime = metrics.stat().st_mtime
     assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert metrics.stat().st_mtime == mtime
+
+
+def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
+    report = load("report")
+    first = write_run(tmp_path / "g0", "grpo", [1] * 4, [0] * 4)
+    second = write_run(tmp_path / "g1", "grpo", [1] * 4, [0] * 4, seed=1, scale=2)
+    text = report.write_report([first, second], tmp_path / "out", title="T").read_text()
+    # 4 steps in windows 1-2 / 3 / 4; seed 0's rates are i/10, seed 1's 2i/10, the estimator row their mean
+    assert "| grpo | 0.08 / 0.30 / 0.45 | 0.08 / 0.30 / 0.45 | 10 |" in text
+    assert "| grpo s0 | 0.05 / 0.20 / 0.30 | 0.05 / 0.20 / 0.30 | 10 |" in text
+    assert "| grpo s1 | 0.10 / 0.40 / 0.60 | 0.10 / 0.40 / 0.60 | 10 |" in text
