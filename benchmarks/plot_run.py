@@ -1,4 +1,4 @@
-"""Plot one training run's curves (rewards, accuracy, format validity, grad norm) from its metrics.jsonl.
+"""Plot one training run's curves (rewards, accuracy, format validity, grad norm, validation) from its metrics.jsonl.
 
 .venv/bin/python benchmarks/plot_run.py runs/cpu --out benchmarks/results/cpu_default/curves.png
 """
@@ -20,6 +20,7 @@ PANELS = [
     ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
     ("pre-clip gradient norm", ["grad_norm/shared"]),
 ]
+VALIDATION = ("held-out validation (before step 1 and every eval.every steps)", ("val/avg@", "val/pass@", "val/answer_acc"))
 
 
 def main() -> None:
@@ -29,10 +30,15 @@ def main() -> None:
     p.add_argument("--smooth", type=int, default=5, help="moving-average window drawn over the raw curve")
     args = p.parse_args()
     rows = [json.loads(line) for line in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
-    for ax, (title, keys) in zip(axes, PANELS):
+    val_keys = sorted({k for r in rows for k in r if k.startswith(VALIDATION[1])})
+    panels = PANELS + ([(VALIDATION[0], val_keys)] if val_keys else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for ax, (title, keys) in zip(axes, panels):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if key in r]
+            if key in val_keys and pts:  # a few points: drawn as they are, with markers
+                ax.plot(*zip(*pts), marker="o", label=key)
+                continue
             if not pts:
                 continue
             steps, vals = zip(*pts)

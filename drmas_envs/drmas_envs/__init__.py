@@ -5,15 +5,17 @@
     drmas_envs.list_envs()
     drmas_envs.evaluate(policy, "math-2agent", k=16)
 
-Importing this package registers every built-in env here and in PettingZoo's registry.
-No torch is imported, here or by any env.
+Importing this package registers every built-in env here and in PettingZoo's registry, and the envs
+that installed packages declare in the `drmas_envs.envs` entry-point group (`drmas_envs.loading`).
+`make` also takes a `package.module:factory` reference. No torch is imported, here or by any env.
 """
 
 from drmas_envs.data import DataError, read_jsonl
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.evaluate import evaluate
+from drmas_envs.loading import EnvNotFoundError
 from drmas_envs.lockstep import EpisodeResult, run_lockstep
-from drmas_envs.registry import list_envs, make, register
+from drmas_envs.registry import discover_installed, list_envs, make, register
 from drmas_envs.workflow import Call, Parsed, PromptTemplate, Score, Workflow
 
 __version__ = "0.1.0"
@@ -48,10 +50,12 @@ register(
     n_agents=3,
     description="Verifier -> Search or Answer each step, up to max_steps (the paper's search team)",
 )
+discover_installed()
 
 __all__ = [
     "Call",
     "DataError",
+    "EnvNotFoundError",
     "EpisodeResult",
     "Parsed",
     "PromptTemplate",

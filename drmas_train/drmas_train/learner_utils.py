@@ -1,4 +1,4 @@
-"""Helpers of the learner: micro-batch chunking by LoRA adapter, per-adapter param groups, group norms."""
+"""Helpers of the learner: micro-batches (by LoRA adapter, by length or shared prefix), param groups, norms."""
 
 from __future__ import annotations
 
@@ -16,18 +16,25 @@ def adapter_of(record: CallRecord) -> str | None:
     return record.adapter
 
 
-def chunk_by_adapter(records: Sequence[CallRecord], indices: Iterable[int], size: int) -> list[list[int]]:
+def chunk_by_adapter(
+    records: Sequence[CallRecord], indices: Iterable[int], size: int, *, by_prefix: bool = False
+) -> list[list[int]]:
     """Split record indices into micro-batches of at most `size`, one adapter per micro-batch.
 
     Within an adapter, records are sorted by length so that a micro-batch holds similar lengths
-    (less padding); the loss does not depend on the order.
+    (less padding), or with `by_prefix` by their token ids (lexicographically), so that records
+    sharing a prefix (a prompt group, an agent's system prompt) fall in the same micro-batch. The
+    loss does not depend on the order.
     """
     by_adapter: dict[str | None, list[int]] = {}
     for i in indices:
         by_adapter.setdefault(adapter_of(records[i]), []).append(i)
     chunks: list[list[int]] = []
     for idx in by_adapter.values():
-        idx = sorted(idx, key=lambda i: len(records[i].prompt_ids) + len(records[i].response_ids))
+        if by_prefix:
+            idx = sorted(idx, key=lambda i: (*records[i].prompt_ids, *records[i].response_ids))
+        else:
+            idx = sorted(idx, key=lambda i: len(records[i].prompt_ids) + len(records[i].response_ids))
         chunks.extend(idx[j : j + size] for j in range(0, len(idx), size))
     return chunks
 

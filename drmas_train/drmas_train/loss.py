@@ -62,25 +62,32 @@ def response_logits(model, batch: Batch) -> torch.Tensor:
     return logits[:, -(r_len + 1) : -1, :]
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+def _tempered(logits: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
+    """float32 logits / temperature; a tensor temperature is per row ([B]) or per position ([B, R])."""
+    logits = logits.float()
+    if isinstance(temperature, torch.Tensor):
+        t = temperature.to(device=logits.device, dtype=torch.float32)
+        return logits / t.reshape(t.shape + (1,) * (logits.dim() - t.dim()))
+    return logits / temperature if temperature != 1.0 else logits
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float | torch.Tensor = 1.0
+) -> torch.Tensor:
     """Per-token log-prob of `targets` under softmax(logits / temperature): [B, R].
 
     Computed in float32 whatever the model dtype, since log-prob differences drive the PPO ratio.
     log p = logit - logsumexp(logits), which avoids materialising a [B, R, V] log-softmax.
+    `temperature` may be a tensor: one per row ([B], each call's own) or per position ([B, R]).
     """
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
+    logits = _tempered(logits, temperature)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
 
 
-def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
-    """Per-position entropy of softmax(logits / temperature): [B, R]."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
+def entropy_from_logits(logits: torch.Tensor, *, temperature: float | torch.Tensor = 1.0) -> torch.Tensor:
+    """Per-position entropy of softmax(logits / temperature): [B, R] (tensor temperatures as `token_logprobs`)."""
+    logp = torch.log_softmax(_tempered(logits, temperature), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 

@@ -1,8 +1,9 @@
 """One step's metrics row: rewards and accuracy, per-agent figures, per-model learner figures.
 
 Keys:
-- `accuracy` (episodes with team reward >= 1), `reward/team` (mean team reward per episode),
-  `reward/mean` (mean per-call reward, penalties included: what the estimator sees);
+- `accuracy` (share of episodes the env counts correct: the final infos' `correct`), `reward/team`
+  (mean team reward per episode), `reward/mean` (mean per-call reward as the env gave it, penalties
+  included: what the estimator sees);
 - per agent: `reward/<agent>`, `valid/<agent>` (well-formed share), `calls/<agent>` (calls per
   episode), `response_tokens/<agent>` (mean response length), `truncated/<agent>` (share of calls
   that hit max_new_tokens);
@@ -37,7 +38,7 @@ def step_metrics(
         "step": step,
         "episodes": len(batch.episodes),
         "calls": len(recs),
-        "accuracy": _mean([t >= 1.0 for t in team]),
+        "accuracy": _mean([bool(ep.info["correct"]) for ep in batch.episodes]),
         "reward/team": _mean(team),
         "reward/mean": _mean([r.reward for r in recs]),
     }

@@ -23,6 +23,9 @@ class CallRecord:
         advantage: filled by the estimator.
         adapter: the LoRA adapter the call ran with, if any.
         text: the decoded response, for trajectory logs.
+        temperature: the temperature the call sampled at (0: greedy). The learner scores the
+            response under softmax(logits / temperature), as the engine that sampled it did
+            (`score_temperature`), so the PPO ratio is 1 on-policy at any temperature.
 
     """
 
@@ -40,3 +43,13 @@ class CallRecord:
     adapter: str | None = None
     text: str = ""
     extra: dict = field(default_factory=dict)
+    temperature: float = 1.0
+
+    @property
+    def score_temperature(self) -> float:
+        """The temperature the learner scores this call at: its sampling temperature, 1 for greedy calls.
+
+        A greedy call (temperature 0) has no sampling distribution; engines report its raw log-probs
+        (vLLM does, and so does the transformers backend), which is temperature 1.
+        """
+        return self.temperature if self.temperature > 0 else 1.0

@@ -2,9 +2,10 @@
 
 Each call's prompt is the model's chat template applied once to the observation's [system, user];
 the ids fed to the engine and the ids it sampled are recorded as they are (never re-tokenised),
-so the learner trains on exactly what was sampled, turn by turn. Per-call rewards come from the
-final infos: the team reward, minus the agent's format penalty on a malformed call (the env's
-`info["calls"]` lists the calls in the order they were made, which is the order recorded here).
+so the learner trains on exactly what was sampled, turn by turn. Per-call rewards are read from the
+env's final infos, never recomputed here: `info["calls"]` lists the calls in the order they were made
+(the order recorded here), each with its `reward` (team reward, minus the agent's format penalty on a
+malformed call) and `valid` flag; see `drmas_envs.env`.
 """
 
 from __future__ import annotations
@@ -35,14 +36,19 @@ class RolloutBatch:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def chat_prompt(tokenizer: Any, observation: Mapping[str, Any], max_tokens: int) -> list[int]:
+def chat_prompt(
+    tokenizer: Any, observation: Mapping[str, Any], max_tokens: int, template_kwargs: Mapping[str, Any] | None = None
+) -> list[int]:
     """Token ids of the observation's [system, user] chat with the generation prompt appended.
 
     A prompt longer than `max_tokens` keeps its head (the system prompt) and its tail (the latest
-    context and the assistant header) and loses the middle.
+    context and the assistant header) and loses the middle. `template_kwargs` are variables for the
+    chat template (e.g. `enable_thinking=False` for Qwen3: `models.chat_template_kwargs`).
     """
     messages = [{"role": "system", "content": observation["system"]}, {"role": "user", "content": observation["user"]}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **dict(template_kwargs or {})
+    )
     ids = list(ids)
     if len(ids) > max_tokens:
         head = max_tokens // 2
@@ -67,6 +73,7 @@ def rollout(
     *,
     seed: int,
     max_prompt_tokens: int = 2048,
+    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RolloutBatch:
     """Run B = len(tasks) groups of `group_size` episodes and record every call.
 
@@ -78,6 +85,7 @@ def rollout(
         sampling: agent -> its sampling settings.
         seed: base seed of this rollout's sampling (each round and engine derives its own).
         max_prompt_tokens: longer prompts lose their middle.
+        template_kwargs: agent -> its chat-template variables (`TrainConfig.template_kwargs`).
 
     Returns:
         The records (rewards filled, advantages not yet) and the episodes' final results.
@@ -97,7 +105,10 @@ def rollout(
         answers = {agent: [""] * len(idx) for agent, idx in pending.items()}
         for n_engine, calls in enumerate(jobs.values()):
             first = serving[calls[0][0]]
-            prompts = [chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens) for a, _, _, obs in calls]
+            prompts = [
+                chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens, (template_kwargs or {}).get(a))
+                for a, _, _, obs in calls
+            ]
             t0 = time.perf_counter()
             gens = first.backend.generate(
                 prompts,
@@ -119,6 +130,7 @@ def rollout(
                     logprobs=gen.logprobs,
                     adapter=policy.adapter,
                     text=gen.text,
+                    temperature=sampling[agent].temperature,  # the learner scores at it
                     extra={"system": obs["system"], "user": obs["user"], "finish": gen.finish_reason},
                 )
                 per_episode[e].append(record)
@@ -127,8 +139,8 @@ def rollout(
         return answers
 
     episodes = run_lockstep(envs, act_round=act_round)
-    for env, result, records in zip(envs, episodes, per_episode):
-        assign_rewards(records, result, env.unwrapped.format_penalty)
+    for result, records in zip(episodes, per_episode):
+        assign_rewards(records, result)
     return RolloutBatch(
         records=[r for records in per_episode for r in records],
         episodes=episodes,
@@ -139,23 +151,28 @@ def rollout(
     )
 
 
-def assign_rewards(records: Sequence[CallRecord], result: EpisodeResult, penalty: Mapping[str, float]) -> None:
-    """Per-call reward: the team reward, minus the agent's format penalty if that call was malformed.
+def assign_rewards(records: Sequence[CallRecord], result: EpisodeResult) -> None:
+    """Give each recorded call the reward and validity the env reported for it in the final infos.
 
     Raises:
-        RuntimeError: the env's call list does not match the recorded calls (a broken env).
+        RuntimeError: the env's call list does not match the recorded calls, or carries no per-call
+            rewards (an env that is not a `drmas_envs.WorkflowEnv`, or a broken one).
 
     """
-    info = result.info
-    calls = info.get("calls", [])
+    episode = records[0].episode_id if records else "?"
+    calls = result.info.get("calls")
+    if calls is None or any("reward" not in c or "valid" not in c for c in calls):
+        raise RuntimeError(
+            f"episode {episode}: the env's final infos carry no per-call rewards "
+            "(infos['calls'][i]['reward'] and ['valid']); train a drmas_envs.WorkflowEnv"
+        )
     if [c["agent"] for c in calls] != [r.agent for r in records]:
         raise RuntimeError(
-            f"episode {records[0].episode_id if records else '?'}: env reports calls "
+            f"episode {episode}: env reports calls "
             f"{[c['agent'] for c in calls]} but the rollout recorded {[r.agent for r in records]}"
         )
-    team = float(info.get("team_reward", 0.0))
     for record, call in zip(records, calls):
         record.valid = bool(call["valid"])
-        record.reward = team - (0.0 if record.valid else float(penalty.get(record.agent, 0.0)))
+        record.reward = float(call["reward"])
         if call.get("error"):
             record.extra["error"] = call["error"]

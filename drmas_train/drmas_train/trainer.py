@@ -6,7 +6,8 @@ Each step, in order:
    seed + epoch, each pass); the data position is one integer, saved in checkpoints.
 2. Rollout: B x n episodes run in lock-step; each round the pending calls are grouped by engine,
    one batch per model (LoRA adapters of one base share a batch). Every call is a sample, recorded
-   with its exact prompt and sampled ids and its sampling log-probs (temperature 1).
+   with its exact prompt and sampled ids, its sampling temperature and its sampling log-probs
+   (of softmax(logits / T): the learner scores each call at its own temperature).
 3. Rewards: the team reward of the episode (1 if right, else 0), minus the agent's format penalty
    on a malformed call (paper: 0.1 math, 0.01 search).
 4. Advantages: `compute_advantages` with the configured estimator: `drmas` (per prompt group and
@@ -18,7 +19,10 @@ Each step, in order:
    token-mean loss, one epoch, no KL, no entropy bonus, lr 1e-6, weight decay 0.01, clip 1.0.
 6. Sync: the engines take the new weights (`load_weights`; a no-op when the transformers engine
    shares the learner's module).
-7. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
+7. Validation (`eval`, `drmas_train.validation`): before step 1 and every `eval.every` steps (and
+   after the last), the current weights on held-out problems through the same engines: `val/avg@k`,
+   `val/pass@k`, greedy `val/avg@1` and `val/answer_acc`, `val/valid/<agent>`, Verifier approval rates.
+8. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
    atomic checkpoint with weights, optimizer and RNG states and the data position.
 
 With `placement.mode` shared or per_agent the policies and learners live in Ray workers
@@ -40,6 +44,7 @@ import torch
 
 import drmas_envs
 from drmas_train import advantages as adv_mod
+from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config
@@ -48,6 +53,7 @@ from drmas_train.models.assignment import agent_to_policy, build_policies
 from drmas_train.policy_ops import load_policy_weights, make_learner, seed_everything, sync_engine
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
+from drmas_train.validation import make_eval_envs, validate
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,8 @@ class Trainer:
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
+        if not isinstance(probe.unwrapped, drmas_envs.WorkflowEnv):  # tasks, task order, per-call rewards
+            raise TypeError(f"env {cfg.env.id!r} is a {type(probe.unwrapped).__name__}; training needs a WorkflowEnv")
         self.agents = list(probe.possible_agents)
         unknown = set(cfg.agents) - set(self.agents)
         if unknown:
@@ -81,15 +89,18 @@ class Trainer:
         self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
         self.n_tasks = len(probe.unwrapped.tasks)
         self.placed = cfg.placement.mode != "none"
+        self.initial_validation: dict[str, float] | None = None
         self.ray_handles: list[Any] = []  # a placed run's Ray workers and placement groups
         self._own_ray = False  # whether this trainer started Ray (and so shuts it down)
         self.runlog: RunLog | None = None
+        cfg.models.backend = resolve_backend(cfg.models.backend)  # config.yaml records the engine used
         try:
             self._build_policies()
             self.serving = agent_to_policy(self.policies)
             self.sampling = {a: self._sampling(a) for a in self.agents}
             n_envs = cfg.rollout.prompts_per_step * cfg.rollout.group_size
             self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
+            self.eval_envs = make_eval_envs(cfg.env.id, self.env_kwargs, cfg.eval) if cfg.eval.enabled else []
             self.step = 0
             self.cursor = 0  # tasks consumed so far: the data position
             if resume:
@@ -207,6 +218,7 @@ class Trainer:
             self.sampling,
             seed=cfg.seed * 100_003 + self.step,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+            template_kwargs={a: cfg.template_kwargs(a) for a in self.agents},
         )
         t_rollout = time.perf_counter() - t0
         adv_stats = self._advantages(batch)
@@ -224,6 +236,8 @@ class Trainer:
         row["time/step"] = time.perf_counter() - t0
         # CPU seconds of this process: on a shared machine, wall time alone overstates the cost.
         row["time/step_cpu"] = time.process_time() - cpu0
+        if cfg.eval.due(self.step, cfg.steps):
+            row.update(self.validate())  # after time/step: a step's time is training only
         self.runlog.metrics(row)
         self.runlog.trajectories(self.step, batch, self._logged_episodes(batch))
         every = cfg.log.checkpoint_every
@@ -250,6 +264,16 @@ class Trainer:
             return {}
         return stats_fn(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std, advantages=adv)
 
+    def validate(self) -> dict[str, float]:
+        """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""
+        t0 = time.perf_counter()
+        row = validate(
+            self.eval_envs, self.serving, self.sampling, self.cfg.eval, max_prompt_tokens=self.cfg.rollout.max_prompt_tokens
+        )
+        row["time/validate"] = time.perf_counter() - t0
+        log.debug("validation at step %d: %s", self.step, _brief(row))
+        return row
+
     def _logged_episodes(self, batch: RolloutBatch) -> list[int]:
         """The first episode of the first groups (one per task, for variety)."""
         n, k = self.cfg.rollout.group_size, self.cfg.log.trajectories_per_step
@@ -257,12 +281,18 @@ class Trainer:
         return firsts[:k]
 
     def train(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """Run until `cfg.steps` steps are done; return this call's metric rows.
+        """Run until `cfg.steps` steps are done; return this call's metric rows (training steps).
+
+        With `eval.before_train`, a fresh run first validates the initial weights: that row (step 0,
+        `val/*` keys only) goes to metrics.jsonl and `self.initial_validation`.
 
         The logs are closed and a placed run's workers freed at the end, also on an exception.
         """
         rows = []
         try:
+            if self.cfg.eval.before_train and self.step == 0:
+                self.initial_validation = {"step": 0, **self.validate()}
+                self.runlog.metrics(self.initial_validation)
             while self.step < self.cfg.steps:
                 row = self.train_step()
                 rows.append(row)
@@ -271,3 +301,8 @@ class Trainer:
         finally:
             self.close()
         return rows
+
+
+def _brief(row: dict[str, float]) -> str:
+    keys = [k for k in row if k.startswith("val/") and "/valid/" not in k and k.count("/") == 1]
+    return ", ".join(f"{k[4:]} {row[k]:.3f}" for k in keys)

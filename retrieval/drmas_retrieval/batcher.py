@@ -1,17 +1,20 @@
 """Dynamic batching: requests from many connections share one retriever call.
 
-Handler threads put jobs on a queue; one worker thread takes the first job, drains whatever else
-is already waiting (up to `max_batch` queries), runs one `search` for all of them with the largest
-k asked for, and hands each job its own slice trimmed to its k. Nothing waits on a timer: under
-light load a request runs alone at once; under heavy load the queue fills while the worker is busy,
-so batches grow with the load. One worker also means the retriever is never called concurrently.
+Handlers put jobs on a queue (threads through `submit`, asyncio tasks through `asubmit`); one worker
+thread takes the first job, drains whatever else is already waiting (up to `max_batch` queries), runs
+one `search` for all of them with the largest k asked for, and hands each job its own slice trimmed
+to its k. Nothing waits on a timer: under light load a request runs alone at once; under heavy load
+the queue fills while the worker is busy, so batches grow with the load. One worker also means the
+retriever is never called concurrently.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from drmas_envs.search.retrievers import Passage, Retriever
@@ -30,6 +33,13 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
     result: list[list[Passage]] | None = None
     error: BaseException | None = None
+    notify: Callable[[], None] | None = None
+    """Called from the worker thread once the job is answered (wakes an asyncio waiter)."""
+
+    def outcome(self) -> list[list[Passage]]:
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class Batcher:
@@ -68,17 +78,35 @@ class Batcher:
             Exception: whatever the retriever raised for this batch.
 
         """
+        job = self._enqueue(queries, k)
+        if not job.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        return job.outcome()
+
+    async def asubmit(self, queries: list[str], k: int, timeout: float | None = None) -> list[list[Passage]]:
+        """`submit` for an asyncio event loop: waits without holding a thread; same batches, same errors."""
+        loop = asyncio.get_running_loop()
+        answered = loop.create_future()
+
+        def wake() -> None:
+            if not answered.done():  # a waiter that timed out has cancelled it
+                answered.set_result(None)
+
+        job = self._enqueue(queries, k, notify=lambda: loop.call_soon_threadsafe(wake))
+        try:
+            await asyncio.wait_for(answered, timeout)
+        except asyncio.TimeoutError:  # an alias of TimeoutError only from Python 3.11
+            raise TimeoutError(f"no answer within {timeout} s") from None
+        return job.outcome()
+
+    def _enqueue(self, queries: list[str], k: int, notify: Callable[[], None] | None = None) -> _Job:
         with self._lock:
             if self._pending + len(queries) > self.max_pending:
                 raise Overloaded(f"{self._pending} queries waiting (limit {self.max_pending})")
             self._pending += len(queries)
-        job = _Job(list(queries), int(k))
+        job = _Job(list(queries), int(k), notify=notify)
         self._queue.put(job)
-        if not job.done.wait(timeout):
-            raise TimeoutError(f"no answer within {timeout} s")
-        if job.error is not None:
-            raise job.error
-        return job.result
+        return job
 
     def close(self) -> None:
         """Stop the worker after the jobs already queued."""
@@ -123,3 +151,8 @@ class Batcher:
                 self._pending -= len(queries)
             for job in batch:
                 job.done.set()
+                if job.notify is not None:
+                    try:
+                        job.notify()
+                    except RuntimeError:  # the waiter's event loop has closed (server stopped)
+                        logger.debug("dropped an answer for a closed event loop")

@@ -1,20 +1,23 @@
 """`drmas-retrieval`: build an index of a corpus, and serve it over HTTP.
 
 drmas-retrieval build --corpus wiki.jsonl.gz --retriever bm25 --out idx/
-drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000]
+drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000] [--server stdlib|asgi]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import time
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from drmas_envs.search.retrievers import build_index, load_index
-from drmas_retrieval.server import RetrievalServer, ServiceConfig
+from drmas_retrieval.protocol import SERVERS, ServiceConfig
+from drmas_retrieval.server import make_server
 
 console = Console(soft_wrap=True)  # no line breaks inside URLs and paths
 
@@ -35,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch", type=int, default=defaults.max_batch, help="queries per retriever call")
     serve.add_argument("--max-topk", type=int, default=defaults.max_topk)
     serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    serve.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="stdlib",
+        help="HTTP front end: stdlib (threads, no dependency; default) or asgi (starlette + uvicorn, "
+        "extra drmas-retrieval[asgi]); same protocol and batching",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser
 
@@ -46,7 +56,20 @@ def _build(args: argparse.Namespace) -> None:
     console.print(f"[green]built[/] {out} in {time.perf_counter() - start:.1f} s")
 
 
+def _check_extra(server: str) -> None:
+    """Fail before loading the index when the chosen front end's extra is missing."""
+    if server != "asgi":
+        return
+    try:
+        importlib.import_module("drmas_retrieval.asgi")
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"--server asgi needs the asgi extra ({exc.name} is missing): pip install 'drmas-retrieval[asgi]'"
+        ) from None
+
+
 def _serve(args: argparse.Namespace) -> None:
+    _check_extra(args.server)
     retriever = load_index(args.index)
     config = ServiceConfig(
         host=args.host,
@@ -55,8 +78,11 @@ def _serve(args: argparse.Namespace) -> None:
         max_topk=args.max_topk,
         max_body_bytes=args.max_body_bytes,
     )
-    server = RetrievalServer(retriever, config)
-    console.print(f"serving {args.index} at [bold]{server.url}[/] (POST /retrieve, GET /health); Ctrl-C stops")
+    server = make_server(retriever, config, args.server)
+    console.print(
+        f"serving {args.index} at [bold]{server.url}[/] (POST /retrieve, GET /health; {args.server} server); "
+        "Ctrl-C stops"
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -77,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             _serve(args)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")  # escaped: "[asgi]" is not markup
         raise SystemExit(2) from None
 
 

@@ -1,12 +1,18 @@
-"""The retrieval service on 127.0.0.1: protocol, bad requests, batching, failures, env equivalence, CLI."""
+"""The retrieval service on 127.0.0.1: protocol, bad requests, batching, failures, env equivalence, CLI.
 
+Every service test runs against both front ends (stdlib and asgi) on real loopback ports.
+"""
+
+import asyncio
 import http.client
 import json
+import logging
 import re
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from unittest.mock import ANY
 
 import pytest
 import requests
@@ -14,7 +20,8 @@ from search_helpers import write_toy
 
 import drmas_envs
 from drmas_envs.search.retrievers import HTTPRetriever, RetrievalServiceError, build_index, load_index
-from drmas_retrieval import Batcher, ServiceConfig, serve_in_thread
+from drmas_retrieval import SERVERS, Batcher, ServiceConfig, serve_in_thread
+from drmas_retrieval.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +32,15 @@ def toy(tmp_path_factory):
     return {"corpus": corpus, "dataset": questions, "index": str(index)}
 
 
-@pytest.fixture(scope="module")
-def service(toy):
+@pytest.fixture(scope="module", params=SERVERS)
+def service(toy, request):
     retriever = load_index(toy["index"])
-    server, thread = serve_in_thread(retriever, ServiceConfig(port=0))
+    server, thread = serve_in_thread(retriever, ServiceConfig(port=0), server=request.param)
     yield server, retriever
     server.shutdown()
     server.server_close()
+    thread.join(10)
+    assert not thread.is_alive()
 
 
 def post(url, body, **kw):
@@ -81,17 +90,45 @@ def test_bad_requests_get_4xx_and_service_keeps_serving(service, body, status, m
 
 def test_wrong_path_method_and_framing(service):
     server, _ = service
-    assert requests.get(f"{server.url}/nope", timeout=5).status_code == 404
-    assert requests.post(f"{server.url}/nope", data=b"{}", timeout=5).status_code == 404
+    for reply in (requests.get(f"{server.url}/nope", timeout=5), requests.post(f"{server.url}/nope", data=b"{}")):
+        assert reply.status_code == 404 and "use POST /retrieve or GET /health" in reply.json()["error"]
+    assert requests.get(f"{server.url}/retrieve", timeout=5).status_code == 404
+    put = requests.put(f"{server.url}/retrieve", data=b"{}", timeout=5)
+    assert put.status_code == 405 and "PUT not allowed" in put.json()["error"]
     host, port = server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=5)
     conn.putrequest("POST", "/retrieve")
     conn.putheader("Transfer-Encoding", "chunked")
     conn.endheaders()
     conn.send(b"0\r\n\r\n")
-    assert conn.getresponse().status == 411
+    reply = conn.getresponse()
+    assert reply.status == 411 and "not chunked" in json.loads(reply.read())["error"]
+    conn.close()
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    conn.putrequest("POST", "/retrieve")  # no Content-Length at all
+    conn.endheaders()
+    reply = conn.getresponse()
+    assert reply.status == 411 and "Content-Length header is required" in json.loads(reply.read())["error"]
     conn.close()
     assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
+
+
+def test_keep_alive_connection_survives_bad_requests(service):
+    server, _ = service
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
+    conn.connect()
+    sock = conn.sock  # http.client drops (None) its socket when a reply says the connection closes
+
+    def ask(body: bytes) -> tuple[int, dict]:
+        conn.request("POST", "/retrieve", body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read())
+
+    for body, status in ((b"{not json", 400), (b'{"query": "x", "topk": 0}', 400), (b"y" * (2 << 20), 413)):
+        assert ask(body)[0] == status
+        assert ask(b'{"query": "Ulm", "topk": 1}') == (200, {"result": [[{"id": "p5", "contents": ANY}]]})
+        assert conn.sock is sock
+    conn.close()
 
 
 def test_concurrent_clients_all_answered_correctly(service):
@@ -143,10 +180,56 @@ def test_batcher_drains_pending_requests_into_one_call():
     batcher.close()
 
 
-def test_retriever_failure_is_a_500_and_the_service_survives():
+def test_async_and_thread_submissions_share_batches_and_time_out_cleanly(caplog):
+    caplog.set_level(logging.ERROR)
+    retriever = GatedRetriever()
+    batcher = Batcher(retriever, max_batch=100)
+
+    async def scenario():
+        first = asyncio.create_task(batcher.asubmit(["a0"], 3, 10))
+        while not retriever.calls:  # the worker is blocked inside the first call
+            await asyncio.sleep(0.01)
+        waiters = [asyncio.create_task(batcher.asubmit([f"a{i}"], 3, 10)) for i in range(1, 4)]
+        threaded = asyncio.create_task(asyncio.to_thread(batcher.submit, ["t"], 3, 10))
+        with pytest.raises(TimeoutError, match="no answer within"):
+            await batcher.asubmit(["late"], 3, timeout=0.05)
+        while batcher.pending < 6:
+            await asyncio.sleep(0.01)
+        retriever.gate.set()
+        return await asyncio.gather(first, *waiters, threaded)
+
+    assert asyncio.run(scenario()) == [[[]]] * 5
+    assert retriever.calls[0] == ["a0"]
+    assert sorted(retriever.calls[1]) == ["a1", "a2", "a3", "late", "t"]  # the timed-out job still ran, once
+    assert batcher.submit(["after"], 3, 10) == [[]]  # the worker survived answering a waiter that gave up
+    assert not caplog.records  # nor did waking the timed-out waiter raise inside the event loop
+    batcher.close()
+
+
+@pytest.mark.parametrize("server_kind", SERVERS)
+def test_overload_is_a_503_and_the_service_recovers(server_kind):
+    retriever = GatedRetriever()
+    server, _ = serve_in_thread(retriever, ServiceConfig(port=0, max_pending=1), server=server_kind)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            blocked = pool.submit(post, server.url, {"query": "first"})
+            while not retriever.calls:
+                threading.Event().wait(0.01)
+            busy = post(server.url, {"query": "second"})
+            assert busy.status_code == 503 and "busy, retry later" in busy.json()["error"]
+            retriever.gate.set()
+            assert blocked.result().json() == {"result": [[]]}
+        assert post(server.url, {"query": "third"}).json() == {"result": [[]]}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("server_kind", SERVERS)
+def test_retriever_failure_is_a_500_and_the_service_survives(server_kind):
     retriever = GatedRetriever()
     retriever.gate.set()
-    server, _ = serve_in_thread(retriever, ServiceConfig(port=0))
+    server, _ = serve_in_thread(retriever, ServiceConfig(port=0), server=server_kind)
     try:
         bad = post(server.url, {"query": "boom"})
         assert bad.status_code == 500 and "index exploded" in bad.json()["error"]
@@ -194,18 +277,37 @@ def test_env_over_service_sees_the_same_observations(service, toy, env_id):
         assert local.infos[agent]["n_searches"] >= 1
 
 
-def test_cli_build_and_serve(toy, tmp_path):
+@pytest.mark.parametrize("server_kind", SERVERS)
+def test_cli_build_and_serve(toy, tmp_path, server_kind):
     exe = [sys.executable, "-m", "drmas_retrieval.cli"]
     out = tmp_path / "cli-index"
     subprocess.run([*exe, "build", "--corpus", toy["corpus"], "--retriever", "bm25", "--out", str(out)], check=True)
     assert (out / "meta.json").is_file()
-    bad = subprocess.run([*exe, "serve", "--index", str(tmp_path)], capture_output=True, text=True)
+    serve = [*exe, "serve", "--server", server_kind, "--port", "0", "--index"]
+    bad = subprocess.run([*serve, str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and "not an index folder" in bad.stdout
-    proc = subprocess.Popen([*exe, "serve", "--index", str(out), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*serve, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
+        assert f"{server_kind} server" in line
         url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
         assert post(url, {"query": "Marie Curie", "topk": 1}).json()["result"][0][0]["id"] == "p1"
+        assert post(url, b"{not json").status_code == 400
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_cli_rejects_an_unknown_server_at_parse_time(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["serve", "--index", "idx", "--server", "flask"])
+    assert exit_info.value.code == 2 and "invalid choice: 'flask'" in capsys.readouterr().err
+
+
+def test_cli_asgi_without_the_extra_says_what_to_install(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if drmas-retrieval[asgi] were not installed
+    monkeypatch.delitem(sys.modules, "drmas_retrieval.asgi", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["serve", "--index", str(tmp_path), "--server", "asgi"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 2 and "pip install 'drmas-retrieval[asgi]'" in out and "uvicorn" in out

@@ -52,14 +52,19 @@ def test_greedy_equals_direct_argmax_and_logprobs_match(tiny):
         torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
 
 
-def test_sampled_logprobs_are_raw_temperature_one(tiny):
+def test_sampled_logprobs_are_at_the_call_temperature_without_top_p(tiny):
+    """log softmax(logits / T) of the sampled ids, not renormalised over the top-p nucleus: the learner's quantity."""
     model, tok = tiny
     backend = TransformersBackend(model, tok)
     prompts = _prompts(tok)
     gens = backend.generate(prompts, [SamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=12)] * 3, seed=1)
     for prompt, gen in zip(prompts, gens):
-        _, picked = _direct_logprobs(model, prompt, gen.response_ids)
-        torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + gen.response_ids])).logits[0, len(prompt) - 1 : -1].float()
+        tempered = torch.log_softmax(logits / 0.5, -1).gather(1, torch.tensor(gen.response_ids)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(gen.logprobs), tempered, atol=1e-4, rtol=0)
+        _, raw = _direct_logprobs(model, prompt, gen.response_ids)
+        assert (raw - tempered).abs().max() > 1e-2  # the check above can tell T = 0.5 from T = 1
 
 
 def test_per_call_sampling_params_and_seed(tiny):

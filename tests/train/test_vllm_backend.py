@@ -83,17 +83,65 @@ def test_greedy_ids_and_logprobs_match_transformers(engine, hf, prompts):
     assert [len(o.response_ids) for o in ours][4] == 1
 
 
-def test_sampled_logprobs_are_the_raw_distribution(engine, hf, prompts):
-    """At temperature 0.5 / top-p 0.9 the log-probs are still those of the temperature-1 distribution."""
-    sampling = [SamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=16)] * len(prompts)
+def _tempered(model, prompt, response, temperature):
+    """log softmax(logits / T) of `response` after `prompt`: what the learner scores a call at T with."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits / temperature, -1), torch.tensor(response)
+
+
+def test_sampled_logprobs_are_at_the_call_temperature(engine, hf, prompts):
+    """processed_logprobs: at T = 0.5, top-p 1 the log-probs are those of softmax(logits / 0.5), not T = 1."""
+    sampling = [SamplingParams(temperature=0.5, top_p=1.0, max_new_tokens=16)] * len(prompts)
     outs = engine.generate(prompts, sampling, seed=3)
     for o, p in zip(outs, prompts):
+        logp, ids = _tempered(hf.model, p, o.response_ids, 0.5)
+        tempered = logp.gather(1, ids[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(o.logprobs), tempered, atol=ATOL)
         raw = _score(hf.model, p, o.response_ids)
-        assert torch.allclose(torch.tensor(o.logprobs), raw, atol=ATOL)
-        with torch.no_grad():
-            logits = hf.model(input_ids=torch.tensor([p + o.response_ids])).logits[0, len(p) - 1 : -1]
-        tempered = torch.log_softmax(logits / 0.5, -1).gather(1, torch.tensor(o.response_ids)[:, None])[:, 0]
         assert not torch.allclose(tempered, raw, atol=1e-2)  # so the check above can tell the two apart
+
+
+def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine, hf, prompts):
+    """At top-p < 1 vLLM reports log(p_T(token) / nucleus mass): above the learner's log p_T by -log(mass).
+
+    This is what `learner.old_logprobs="sampled"` would see at top-p < 1 (documented in the backend).
+    """
+    top_p = 0.8
+    outs = engine.generate(prompts, [SamplingParams(0.7, top_p, 12)] * len(prompts), seed=4)
+    gaps = []
+    for o, p in zip(outs, prompts):
+        logp, ids = _tempered(hf.model, p, o.response_ids, 0.7)
+        probs = logp.exp().sort(-1).values  # ascending, as vLLM's top-p filter
+        dropped = probs.cumsum(-1) <= 1 - top_p
+        dropped[:, -1] = False
+        mass = 1 - (probs * dropped).sum(-1)
+        expected = logp.gather(1, ids[:, None])[:, 0] - mass.log()
+        assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-3)
+        gaps.append(-mass.log())
+    assert torch.cat(gaps).max() > 1e-2  # the nucleus really cut some mass
+
+
+@pytest.mark.parametrize("temps", [(0.7, 0.7), (0.7, 1.0)], ids=["T0.7", "mixed0.7-1.0"])
+def test_ppo_ratio_is_one_against_the_engine(engine, hf, prompts, temps):
+    """exp(learner - engine log-prob) per token: within 1e-4 mean and 1e-3 max of 1, two agents on one engine."""
+    from drmas_train.learner import Learner, PPOConfig
+    from drmas_train.records import CallRecord
+
+    agents = ["solver", "verifier"] * len(prompts)
+    batch = [p for p in prompts for _ in range(2)]
+    by_agent = dict(zip(["solver", "verifier"], temps))
+    sampling = [SamplingParams(temperature=by_agent[a], top_p=1.0, max_new_tokens=24) for a in agents]
+    outs = engine.generate(batch, sampling, seed=11)
+    records = [
+        CallRecord(0, i, a, "m", 0, o.prompt_ids, o.response_ids, o.logprobs, temperature=s.temperature)
+        for i, (o, a, s) in enumerate(zip(outs, agents, sampling))
+    ]
+    learner = Learner(hf.model, PPOConfig(micro_batch_size=4))
+    learned = learner.logprobs(records)
+    err = (torch.cat([lp - torch.tensor(r.logprobs) for lp, r in zip(learned, records)]).exp() - 1).abs()
+    assert err.numel() > 100
+    assert float(err.mean()) < 1e-4 and float(err.max()) < 1e-3, (float(err.mean()), float(err.max()))
 
 
 def test_seed_makes_sampling_reproducible(engine, prompts):

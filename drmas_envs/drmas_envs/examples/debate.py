@@ -8,6 +8,8 @@ malformed and penalised). The team answer is the last answer given; reward 1 if 
     from drmas_envs.examples.debate import debate_env
     env = debate_env()                                     # generated problems, levels 1-3
     drmas_envs.register("math-debate", "drmas_envs.examples.debate:debate_env")   # optional
+
+Train it: `drmas-train --preset smoke --env drmas_envs.examples.debate:debate_env --steps 1`.
 """
 
 from __future__ import annotations

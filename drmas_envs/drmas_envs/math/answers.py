@@ -114,6 +114,21 @@ def extract_verdict(text: str) -> tuple[str | None, str]:
     return words[-1], ""
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in `text`, boxed or not (None when there is none).
+
+    A format-independent read of a Solver output: it tells whether the model *knows* the answer
+    even when it did not box it. Used for the loose `answer_acc` validation metric, never for reward.
+    """
+    if not isinstance(text, str):
+        return None
+    found = _NUMBER.findall(text)
+    return found[-1] if found else None
+
+
 def clip_middle(text: str, max_chars: int) -> str:
     """`text` with its middle cut out when longer than `max_chars`, keeping the head and the tail.
 

@@ -18,6 +18,10 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
 - Verifier: well-formed iff its last `<verify>...</verify>` tag says approve or reject and no tag
   disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
   the paper's code; "reject" asks for another attempt).
+
+The score's facts (`infos`) also grade every attempt (`attempts_correct`, so a verdict can be judged
+against the attempt it reviewed) and the last number of the last attempt, boxed or not
+(`loose_correct`: does the model know the answer, format aside); neither changes the reward.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drmas_envs.math import prompts as P
-from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict
+from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_number
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
 
 Grade = Callable[[str | None, str], bool]
@@ -94,7 +98,18 @@ class MathSolo(Workflow):
         reference = str(self.task["answer"])
         correct = bool(self.grade(answer, reference)) if answer is not None else False
         verdicts = [c.parsed.value for c in self.calls_of("verifier")]
-        info = {"correct": correct, "answer": answer, "reference": reference, "verdicts": verdicts}
+        # Every attempt graded, so a Verifier's verdict can be judged against the attempt it reviewed
+        # (review i follows attempt i); the loose grade reads the last number of the last attempt.
+        attempts = [bool(self.grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
+        loose = last_number(solver_calls[-1].text) if solver_calls else None
+        info = {
+            "correct": correct,
+            "answer": answer,
+            "reference": reference,
+            "verdicts": verdicts,
+            "attempts_correct": attempts,
+            "loose_correct": bool(self.grade(loose, reference)) if loose is not None else False,
+        }
         return Score(float(correct), info)
 
 

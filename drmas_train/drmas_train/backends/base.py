@@ -6,8 +6,12 @@ interface only, so a backend slots in without touching rollout or learner.
 Conventions every backend keeps:
 - Prompts are token ids (the rollout applies the model's chat template once); responses come
   back as the exact sampled ids, so training sees the ids that were sampled (no decode/re-encode).
-- `logprobs[i]` is the log-probability of `response_ids[i]` under the model's raw distribution
-  (temperature 1, no top-p), the quantity the learner recomputes for the PPO ratio.
+- `logprobs[i]` is the log-probability of `response_ids[i]` under softmax(logits / T), T the call's
+  sampling temperature (T = 1 for a greedy call), without top-p renormalisation: the quantity the
+  learner recomputes for the PPO ratio (`CallRecord.score_temperature`), as the reference (verl)
+  does. At top-p 1 the ratio is then 1 on-policy; at top-p < 1 a backend may report the
+  renormalised log-prob instead (vLLM does, see its module), which only matters to
+  `old_logprobs="sampled"`.
 - `temperature == 0` means greedy decoding.
 - The end-of-sequence token, when sampled, is kept as the last response id.
 """

@@ -5,8 +5,11 @@ sampling settings and adapters: temperature and top-p are applied per row, and p
 forward (`adapter_names=`) runs each row with its own adapter. Prompts are left-padded; position
 ids are computed from the attention mask so padding does not shift positions.
 
-Log-probs are those of the raw distribution (temperature 1, no top-p), read from the same logits
-that were sampled from, which is what the learner recomputes for the PPO ratio.
+Log-probs are those of softmax(logits / T) at the row's temperature T (1 for greedy rows), read from
+the same logits that were sampled from, *without* top-p masking: exactly what the learner recomputes
+for the PPO ratio (the reference's learner, verl, divides by T and ignores top-p too), so the ratio
+is 1 on-policy at any temperature and top-p. The sampled token always lies inside the top-p nucleus;
+its log-prob is just not renormalised over the nucleus.
 """
 
 from __future__ import annotations
@@ -43,13 +46,15 @@ def _filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 def sample_next(
     logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row; return (token ids, their log-probs under the raw distribution)."""
+    """Pick one token per row; return (token ids, their log-probs under softmax(logits / T), no top-p).
+
+    T is the row's temperature, 1 for greedy rows (temperature <= 0), as `CallRecord.score_temperature`.
+    """
     logits = logits.float()
-    logprobs = torch.log_softmax(logits, dim=-1)
     greedy = logits.argmax(-1)
-    scaled = logits / temperature.clamp_min(1e-5)[:, None]
-    scaled = _filter_top_p(scaled, top_p)
-    probs = scaled.softmax(-1)
+    scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    probs = _filter_top_p(scaled, top_p).softmax(-1)
     sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     tokens = torch.where(temperature <= 0, greedy, sampled)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)

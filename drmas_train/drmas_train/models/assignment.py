@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 
+from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import Backend
+from drmas_train.models.engine import EngineConfig, check_model_len
 from drmas_train.models.resolve import resolve_model
 
 log = logging.getLogger(__name__)
@@ -92,8 +94,18 @@ def make_backend(
 ) -> Backend:
     """The generation engine of one module: "transformers" (shares the module) or "vllm".
 
-    `lora_rank` is the largest adapter rank the engine must accept (None: no LoRA).
+    `lora_rank` is the largest adapter rank the engine must accept (None: no LoRA). "auto" is vllm
+    where it imports, else transformers (`backends.resolve_backend`). The engine settings come from
+    `cfg.engine` (`models.engine`).
+
+    Raises:
+        ValueError: the model's positions cannot hold `cfg.engine.max_model_len` (checked for every
+            backend, before any step runs).
+
     """
+    kind = resolve_backend(kind)
+    engine = getattr(cfg, "engine", None) or EngineConfig()
+    max_model_len = check_model_len(str(path), path, engine.max_model_len)
     if kind == "transformers":
         from drmas_train.backends.transformers_backend import TransformersBackend
 
@@ -101,10 +113,23 @@ def make_backend(
     if kind == "vllm":
         from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
 
+        if max_model_len is None:
+            raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")
         lora = lora_rank is not None
-        vcfg = VLLMConfig(dtype=cfg.gen_dtype or cfg.dtype, enable_lora=lora, max_lora_rank=max(lora_rank or 0, 8))
+        vcfg = VLLMConfig(
+            dtype=cfg.gen_dtype or cfg.dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=engine.max_num_seqs,
+            enable_prefix_caching=engine.enable_prefix_caching,
+            gpu_memory_utilization=engine.gpu_memory_utilization,
+            kv_cache_gib=engine.kv_cache_gib,
+            enforce_eager=engine.enforce_eager,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            enable_lora=lora,
+            max_lora_rank=max(lora_rank or 0, 8),
+        )
         return VLLMBackend(path, vcfg, tokenizer=tokenizer)
-    raise ValueError(f"unknown backend {kind!r}; choose transformers or vllm")
+    raise ValueError(f"unknown backend {kind!r}; choose auto, transformers or vllm")
 
 
 def _add_lora(model: torch.nn.Module, agents: Sequence[str], cfg: Any, ranks: dict[str, int]) -> torch.nn.Module:

@@ -2,7 +2,7 @@
 
 Accepted names:
 - a local folder (used as is);
-- `tiny`, `tiny-llama`, `tiny-qwen2` (a random model built by `build_tiny_model`), `tiny-math`,
+- `tiny`, `tiny-llama`, `tiny-qwen2`, `tiny-qwen3` (a random model built by `build_tiny_model`), `tiny-math`,
   `tiny-math-qwen2` (the same, briefly fitted to math-2agent's formats: the smoke preset's model);
 - a Hugging Face id: the cached snapshot, else a download when the hub is reachable;
 - the default `HuggingFaceTB/SmolLM2-135M-Instruct` also falls back, offline, to the GGUF file shipped in
@@ -18,6 +18,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from drmas_train.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,13 @@ def _hub_snapshot(repo_id: str) -> Path | None:
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
-    """Dequantise a Llama-family GGUF into a plain fp32 Hugging Face folder at `out` (atomically)."""
+    """Dequantise a Llama-family GGUF into a plain fp32 Hugging Face folder at `out` (atomically).
+
+    Raises:
+        MissingExtraError: the `gguf` reader (extra `drmas-train[offline]`) is not installed.
+
+    """
+    require("gguf", "offline", f"converting {gguf.name} (the offline default model)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
@@ -88,11 +96,11 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     return out
 
 
-TINY_NAMES = ("tiny", "tiny-llama", "tiny-qwen2", "tiny-math", "tiny-math-qwen2")
+TINY_NAMES = ("tiny", "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-math", "tiny-math-qwen2")
 
 
 def _tiny(name: str) -> Path:
-    arch = "qwen2" if name.endswith("qwen2") else "llama"
+    arch = next((a for a in ("qwen2", "qwen3") if name.endswith(a)), "llama")
     if name.startswith("tiny-math"):
         from drmas_train.models.warm import build_tiny_math_model
 
@@ -100,6 +108,8 @@ def _tiny(name: str) -> Path:
     from drmas_train.models.tiny import build_tiny_model
 
     # The qwen2 one also gets a different vocabulary, so heterogeneous teams really mix tokenizers.
+    if arch == "qwen3":  # grouped-query attention and a template that reads enable_thinking, as Qwen3's
+        return build_tiny_model(arch=arch, hidden_size=128, num_heads=4, num_kv_heads=2)
     return build_tiny_model(arch=arch, vocab_size=512 if arch == "llama" else 400)
 
 

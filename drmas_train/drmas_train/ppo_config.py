@@ -1,0 +1,67 @@
+"""`PPOConfig`: the optimisation knobs of one model's learner (the `learner` section of the config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drmas_train.forward import FORWARDS
+
+
+@dataclass
+class PPOConfig:
+    """Optimisation knobs of one model's learner (paper values are the defaults unless noted)."""
+
+    lr: float = 1e-6
+    """AdamW learning rate, constant. Paper: 1e-6 for every agent; per-agent overrides go in param groups."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas. Paper: (0.9, 0.999)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay. Paper: 0.01."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon (torch default)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; the pre-clip norm is what gets logged. Paper: 1.0."""
+    clip_low: float = 0.2
+    """PPO lower ratio clip (1 - clip_low). Paper: 0.2."""
+    clip_high: float = 0.2
+    """PPO upper ratio clip (1 + clip_high); raise it (e.g. 0.28, DAPO) to let rare tokens grow. Paper: 0.2."""
+    dual_clip: float | None = 3.0
+    """Dual-clip cap c on negative advantages: bounds the loss of tokens whose ratio exploded. Paper: 3.0; None off."""
+    kl_coef: float = 0.0
+    """k3 KL-to-reference loss coefficient. Paper: 0 (off: no reference model is held in memory)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (loss -= coef * token-mean entropy). Paper: 0 for math, 0.001 for search."""
+    ppo_epochs: int = 1
+    """Passes over the rollout batch per step. Paper: 1 (strictly on-policy; the ratio is then exactly 1)."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch (the batch is shuffled and split). Paper: 1."""
+    micro_batch_size: int = 4
+    """Sequences per forward/backward; lower it to save memory. Gradients are exact whatever its value."""
+    old_logprobs: str = "recompute"
+    """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
+    forward: str = "auto"
+    """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
+    prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
+    faster on math-2agent, see docs/scaling.md). Not in the reference (verl runs every sequence whole)."""
+    logits_chunk_mib: float = 256.0
+    """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
+    MiB (441 positions at Qwen's 151,936-token vocabulary); beyond one chunk, backward recomputes them."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward: about 30% slower, much less memory on long contexts."""
+    seed: int = 0
+    """Seeds the mini-batch shuffle (only used when mini_batches > 1)."""
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs not in ("recompute", "sampled"):
+            raise ValueError(f"old_logprobs must be 'recompute' or 'sampled', got {self.old_logprobs!r}")
+        if self.forward not in FORWARDS:
+            raise ValueError(f"learner forward must be one of {FORWARDS}, got {self.forward!r}")
+        if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1:
+            raise ValueError("ppo_epochs, mini_batches and micro_batch_size must be >= 1")
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
+            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 (or None), got {self.dual_clip}")
+        if self.grad_clip <= 0 or self.kl_coef < 0 or self.entropy_coef < 0 or self.logits_chunk_mib <= 0:
+            raise ValueError("grad_clip and logits_chunk_mib must be > 0; kl_coef and entropy_coef >= 0")
+        self.betas = tuple(self.betas)  # YAML gives lists

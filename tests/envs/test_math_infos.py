@@ -1,0 +1,35 @@
+"""The math envs' episode facts used by validation: every attempt graded, the loose answer read."""
+
+import drmas_envs
+from drmas_envs.math.answers import last_number
+
+
+def _play(env, texts):
+    env.reset(options={"task": {"problem": "What is $3 + 4$?", "answer": "7", "source": "t"}})
+    for agent in env.agent_iter():
+        _, _, term, trunc, info = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        env.step(texts.pop(0))
+    return info
+
+
+def test_attempts_graded_and_loose_answer():
+    env = drmas_envs.make("math-2agent")
+    info = _play(env, ["3 + 4 = 8. \\boxed{8}", "<verify>reject</verify>", "3 + 4 = 7, so 7"])
+    assert info["verdicts"] == ["reject"]
+    assert info["attempts_correct"] == [False, False]  # the second attempt is unboxed: malformed
+    assert info["loose_correct"] is True and info["correct"] is False
+
+
+def test_approved_right_attempt():
+    env = drmas_envs.make("math-2agent")
+    info = _play(env, ["\\boxed{7}", "<verify>approve</verify>"])
+    assert info["attempts_correct"] == [True] and info["verdicts"] == ["approve"] and info["correct"]
+
+
+def test_last_number():
+    assert last_number("3 + 4 = 7.") == "7"
+    assert last_number("it is -2.5 or \\boxed{3}") == "3"
+    assert last_number("no digits") is None
