@@ -20,7 +20,10 @@ PANELS = [
     ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
     ("pre-clip gradient norm", ["grad_norm/shared"]),
 ]
-VALIDATION = ("held-out validation (before step 1 and every eval.every steps)", ("val/avg@", "val/pass@", "val/answer_acc"))
+VALIDATION = (
+    "held-out validation (before step 1 and every eval.every steps)",
+    ("val/avg@", "val/pass@", "val/answer_acc"),
+)
 
 
 def main() -> None:

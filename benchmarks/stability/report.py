@@ -5,7 +5,7 @@
 Each run directory holds `config.yaml` (estimator and seed are read from it) and `metrics.jsonl`
 (one row per step: `grad_norm/<model>`, `learner/<model>/skipped`, `accuracy`, `reward/team`,
 `reward/<agent>`, `valid/<agent>`, `time/step`, `adv/<agent>/sq_mean`, `adv_global/<agent>/sq_mean`,
-`adv_global/<agent>/gap`).
+`adv_global/<agent>/gap`) and, where the run validated, `val/*` rows (step 0: before training).
 Writes `README.md` (tables) and PNG plots into the output folder. Definitions are those of
 `drmas_train.stability`: a spike is a step above 5x the running median of the previous 20 steps.
 """
@@ -13,15 +13,20 @@ Writes `README.md` (tables) and PNG plots into the output folder. Definitions ar
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-from drmas_train.stability import as_float, grad_norm_summary, read_jsonl
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import heldout  # noqa: E402
+
+from drmas_train.stability import as_float, grad_norm_summary, read_jsonl  # noqa: E402
 
 FINAL_STEPS = 5  # "final" figures average the last few steps, since one step's reward is noisy
 WINDOWS = 3  # the learning table splits the steps into this many windows (early / middle / late)
@@ -33,6 +38,10 @@ class Run:
     estimator: str
     seed: int
     rows: list[dict[str, Any]]
+    """Training steps (step >= 1), in order."""
+    val_rows: list[dict[str, Any]] = field(default_factory=list)
+    """Rows with `val/*` metrics: the step-0 validation and training rows where validation was due."""
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -52,13 +61,16 @@ class Run:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read one run directory (config.yaml + metrics.jsonl)."""
+    """Read one run directory (config.yaml + metrics.jsonl); the step-0 validation row is no training step."""
     path = Path(path)
     cfg = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
-    rows = read_jsonl(path / "metrics.jsonl")
+    every = read_jsonl(path / "metrics.jsonl")
+    rows = [r for r in every if int(r.get("step", 0)) >= 1]
     if not rows:
-        raise ValueError(f"{path}/metrics.jsonl has no rows")
-    return Run(path, str(cfg.get("algo", {}).get("estimator", "?")), int(cfg.get("seed", 0)), rows)
+        raise ValueError(f"{path}/metrics.jsonl has no training steps")
+    val_rows = [r for r in every if any(k.startswith("val/") for k in r)]
+    estimator = str(cfg.get("algo", {}).get("estimator", "?"))
+    return Run(path, estimator, int(cfg.get("seed", 0)), rows, val_rows, cfg or {})
 
 
 def final(values: np.ndarray) -> float:
@@ -301,7 +313,8 @@ def write_report(
     if max_steps is not None:
         for run in runs:
             run.rows = [r for r in run.rows if int(r.get("step", 0)) <= max_steps]
-    files = plots(runs, out)
+            run.val_rows = [r for r in run.val_rows if int(r.get("step", 0)) <= max_steps]
+    files = plots(runs, out) + heldout.plot(runs, out)
     head = [f"# {title}", ""]
     if command:
         head += ["Command:", "", "```bash", command, "```", ""]
@@ -316,7 +329,9 @@ def write_report(
         "(every advantage 0, grad norm exactly 0) and skipped steps take no part in the statistics.",
         "",
     ]
-    body = "\n" + tables(runs) + "\n" + learning_table(runs) + "\n" + "\n".join(f"![{f}]({f})" for f in files) + "\n"
+    held = heldout.section(runs)
+    body = "\n" + tables(runs) + "\n" + learning_table(runs) + ("\n" + held if held else "")
+    body += "\n" + "\n".join(f"![{f}]({f})" for f in files) + "\n"
     readme = out / "README.md"
     readme.write_text("\n".join(head) + body)
     return readme

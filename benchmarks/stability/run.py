@@ -12,6 +12,13 @@ interrupted one continues from its last checkpoint (bit-identical to an uninterr
 `--report-only` just rebuilds the report, over each run's first `--steps` steps. The report (README.md with tables,
 PNG plots) goes to `benchmarks/results/stability/<name>/`. Extra trainer settings go through
 `--set section.field=value`, exactly as for `drmas-train`.
+
+Held-out accuracy: every run validates (`drmas_train.validation`) before step 1 and every
+`--eval-every` steps on the same held-out problems: the driver pins `eval.seed` (`--eval-seed`, the
+same for every estimator and seed), so only the weights differ between two validations. The step-0
+validation survives a resume (the trainer keeps rows up to its checkpoint and validates before
+training only from step 0). The trainer also validates a run's last step, which in rounds is each
+round's target: rounds of a multiple of `--eval-every` steps add no validations.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ def train_command(
     steps = args.steps if steps is None else steps
     cmd += ["--estimator", estimator, "--seed", str(seed), "--steps", str(steps), "--run-dir", str(run_dir)]
     cmd += ["--resume"]
-    for item in args.set:
+    for item in eval_overrides(args) + args.set:  # --set comes last, so it wins
         cmd += ["--set", item]
     return cmd
 
@@ -56,9 +63,21 @@ def round_targets(steps: int, round_steps: int | None) -> list[int]:
     return [*range(round_steps, steps, round_steps), steps]
 
 
-def is_complete(run_dir: Path, steps: int) -> bool:
+def eval_overrides(args: argparse.Namespace) -> list[str]:
+    """The `--set` items of the validation flags (only those given, but the eval seed always)."""
+    given = {"every": args.eval_every, "n_problems": args.eval_problems, "k": args.eval_k, "seed": args.eval_seed}
+    return [f"eval.{k}={v}" for k, v in given.items() if v is not None]
+
+
+def trained_steps(run_dir: Path) -> int:
+    """The last training step in the run's metrics.jsonl (its step-0 validation row is no step)."""
     metrics = run_dir / "metrics.jsonl"
-    return metrics.is_file() and len(read_jsonl(metrics)) >= steps
+    rows = read_jsonl(metrics) if metrics.is_file() else []
+    return max((int(r.get("step", 0)) for r in rows), default=0)
+
+
+def is_complete(run_dir: Path, steps: int) -> bool:
+    return trained_steps(run_dir) >= steps
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,6 +89,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--estimators", default=",".join(ESTIMATORS))
     p.add_argument("--seeds", default="0")
     p.add_argument("--round-steps", type=int, default=None, help="advance every run by this many steps per round")
+    p.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default: the preset's)")
+    p.add_argument("--eval-problems", type=int, default=None, help="held-out problems (default: the preset's)")
+    p.add_argument("--eval-k", type=int, default=None, help="samples per held-out problem (default: the preset's)")
+    p.add_argument("--eval-seed", type=int, default=0, help="fixes the held-out problems, the same for every run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any trainer config field")
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "stability"))
     p.add_argument("--out", default=None, help="default: benchmarks/results/stability/<name>")
@@ -105,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  failed (exit {rc}); see {run_dir / 'train.log'}", flush=True)
     if args.dry_run:
         return 0
-    done = [d for d in run_dirs if (d / "metrics.jsonl").is_file() and read_jsonl(d / "metrics.jsonl")]
+    done = [d for d in run_dirs if trained_steps(d) >= 1]
     if not done:
         print("no finished runs to report on")
         return 1

@@ -15,7 +15,7 @@ from typing import Any
 from drmas_envs import evaluate
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import load_checkpoint
-from drmas_train.config import ModelsConfig, build_config
+from drmas_train.config import BACKENDS, ModelsConfig, build_config
 from drmas_train.models.assignment import agent_to_policy, build_policies
 from drmas_train.rollout import chat_prompt
 
@@ -37,6 +37,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-episodes", type=int, default=64, help="episodes run in lock-step at once")
     p.add_argument("--seed", type=int, default=0, help="problem order and sampling seed")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument(
+        "--backend", default="auto", choices=BACKENDS, help="generation engine; auto: vllm where it imports"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env option (YAML value)")
     return p
@@ -50,22 +53,23 @@ def _team(args: argparse.Namespace) -> tuple[dict, dict[str, Any]]:
     env_kwargs = dict(parse_assignment(a) for a in args.env_arg)
     agents = list(drmas_envs.make(args.env, **env_kwargs).possible_agents)
     if args.checkpoint is None:
-        models = ModelsConfig(device=args.device)
+        models = ModelsConfig(device=args.device, backend=args.backend)
         if args.model:
             models.name = args.model
         return agent_to_policy(build_policies(models, agents)), env_kwargs
-    from drmas_train.trainer import load_policy_weights
+    from drmas_train.trainer import load_policy_weights, sync_engine
 
     folder = Path(args.checkpoint)
     config_path = folder.parent.parent / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: --checkpoint expects <run_dir>/checkpoints/step-N")
-    cfg = build_config(str(config_path), {"models.device": args.device})
+    cfg = build_config(str(config_path), {"models.device": args.device, "models.backend": args.backend})
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
     policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
     weights = load_checkpoint(folder)["weights"]
     for name, policy in policies.items():
         load_policy_weights(policy, weights[name])
+        sync_engine(policy)  # a vLLM engine holds its own copy of the weights
     return agent_to_policy(policies), env_kwargs
 
 

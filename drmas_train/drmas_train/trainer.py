@@ -268,7 +268,11 @@ class Trainer:
         """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""
         t0 = time.perf_counter()
         row = validate(
-            self.eval_envs, self.serving, self.sampling, self.cfg.eval, max_prompt_tokens=self.cfg.rollout.max_prompt_tokens
+            self.eval_envs,
+            self.serving,
+            self.sampling,
+            self.cfg.eval,
+            max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
         )
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))

@@ -88,10 +88,8 @@ def held_out_kwargs(env_kwargs: Mapping[str, Any], cfg: EvalConfig) -> dict[str,
 
 
 def _correct(result: EpisodeResult) -> bool:
-    info = result.info
-    if "correct" in info:
-        return bool(info["correct"])
-    return float(info.get("team_reward", 0.0)) >= 1.0
+    """The env's own outcome (`WorkflowEnv` reports it in every agent's final info)."""
+    return bool(result.info["correct"])
 
 
 def _run(
@@ -105,7 +103,7 @@ def _run(
     max_prompt_tokens: int,
     batch_episodes: int,
 ) -> tuple[list[EpisodeResult], list[list[CallRecord]], list[int]]:
-    """k episodes of each problem, `batch_episodes` at a time; (results, calls per episode, problem per episode)."""
+    """Run `k` episodes of each problem, `batch_episodes` at a time: results, calls and problem per episode."""
     per_batch = max(1, min(batch_episodes, len(envs)) // k)
     results: list[EpisodeResult] = []
     calls: list[list[CallRecord]] = []
@@ -141,9 +139,10 @@ def _sampled_metrics(
         row[f"val/{src}/avg@{k}"] = float(np.mean(mine))
     flat = [c for episode in calls for c in episode]
     for agent in agents:
-        mine = [c.valid for c in flat if c.agent == agent]
+        mine = [c for c in flat if c.agent == agent]
         if mine:
-            row[f"val/valid/{agent}"] = float(np.mean(mine))
+            row[f"val/valid/{agent}"] = float(np.mean([c.valid for c in mine]))
+            row[f"val/response_tokens/{agent}"] = float(np.mean([len(c.response_ids) for c in mine]))
     row.update(_verdict_metrics(results))
     return row
 

@@ -6,7 +6,7 @@ from drmas_envs.math.answers import last_number
 
 def _play(env, texts):
     env.reset(options={"task": {"problem": "What is $3 + 4$?", "answer": "7", "source": "t"}})
-    for agent in env.agent_iter():
+    for _agent in env.agent_iter():
         _, _, term, trunc, info = env.last()
         if term or trunc:
             env.step(None)
@@ -33,3 +33,15 @@ def test_last_number():
     assert last_number("3 + 4 = 7.") == "7"
     assert last_number("it is -2.5 or \\boxed{3}") == "3"
     assert last_number("no digits") is None
+
+
+def test_verdict_first_prompt_option():
+    plain = drmas_envs.make("math-2agent")
+    first = drmas_envs.make("math-2agent", verdict_first=True)
+    for env in (plain, first):
+        env.reset(seed=0)
+        env.step("\\boxed{3}")
+    assert "verdict first" not in plain.observe("verifier")["system"]
+    seen = first.observe("verifier")
+    assert "verdict first" in seen["system"] and seen["user"].rstrip().endswith("<verify>reject</verify>.")
+    assert "\\boxed{3}" in seen["user"]  # the attempt under review is shown

@@ -228,13 +228,53 @@ def test_cli_reports_a_dead_server_and_bad_arguments(capsys):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     args = ["eval", "--env", "test-openai-parity", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m"]
-    assert main([*args, "--k", "1", "--n-problems", "1", "--retries", "0"]) == 2
+    assert main([*args, "--k", "1", "--n-problems", "1", "--retries", "0"]) == 1  # the server failed: 1
     assert "no response after 1 attempts" in capsys.readouterr().err
     assert main(["eval", "--env", "no-such-env", "--model", "m"]) == 2
     assert "known ids" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*args, "--agent", "solver:temprature=0"])
     assert "unknown sampling keys" in capsys.readouterr().err
+
+
+class _NotAModelServer(BaseHTTPRequestHandler):
+    """Whatever else holds the port: answers every request with an HTML 404."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = b"<html>404 Not Found</html>"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_cli_exits_1_when_another_server_holds_the_port():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotAModelServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    exe = Path(sys.executable).parent / "drmas-envs"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "drmas_envs.cli"]
+    try:
+        with socket.socket() as other, pytest.raises(OSError):  # the port really is taken
+            other.bind(("127.0.0.1", port))
+        url = f"http://127.0.0.1:{port}/v1"
+        out = subprocess.run(
+            [*cmd, "eval", "--env", "math-1agent", "--base-url", url, "--model", "m"]
+            + ["--env-arg", "level=1", "--k", "1", "--n-problems", "1", "--retries", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drmas-envs eval: the server failed:") and "404" in lines[0]
 
 
 def test_console_script_lists_the_envs():

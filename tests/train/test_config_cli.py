@@ -1,12 +1,19 @@
 """Config presets, overrides from the command line, and model names."""
 
+import dataclasses
+import json
+import re
 import subprocess
 import sys
+import typing
 
 import pytest
 
-from drmas_train.cli import parse_train_args
-from drmas_train.config import build_config, list_presets, load_preset
+from drmas_train.advantages import ESTIMATORS
+from drmas_train.cli import main, parse_train_args
+from drmas_train.cli_args import train_parser
+from drmas_train.config import ASSIGNMENTS, TrainConfig, build_config, list_presets, load_preset
+from drmas_train.config_help import PLACEHOLDERS, iter_fields
 from drmas_train.models.resolve import resolve_model
 from drmas_train.models.tiny import build_tiny_model
 
@@ -64,6 +71,7 @@ def test_switching_env_drops_the_presets_env_options():
         ({"learner.nope": 1}, "unknown field"),
         ({"rollout.group_size": "many"}, "expected int"),
         ({"models.assignment": "everything"}, "assignment"),
+        ({"algo.estimator": "ppo"}, "algo.estimator must be one of"),
     ],
 )
 def test_bad_config_is_a_clear_error(overrides, match):
@@ -127,3 +135,147 @@ def test_placement_and_backend_flags_round_trip_through_yaml(tmp_path):
         parse_train_args(["--placement", "everywhere"])
     with pytest.raises(ValueError, match="cpus > 0"):
         build_config("smoke", {"placement.default_pool.cpus": 0})
+
+
+# -- the command line: every field's help, choices checked at parse time, one-line errors -----------------
+
+
+def _config_keys(cls=TrainConfig, prefix=""):
+    """Every dotted key of `cls`, recursively, walked with dataclasses (not with config_help's own walk)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, tp = prefix + f.name, hints[f.name]
+        yield key
+        if dataclasses.is_dataclass(tp):
+            yield from _config_keys(tp, key + ".")
+        elif typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1]):
+            yield from _config_keys(typing.get_args(tp)[1], f"{key}.{PLACEHOLDERS.get(key, '<name>')}.")
+
+
+def _help_entries(text):
+    """key -> its help text, from `--help-config` output (a head line, then indented help lines)."""
+    entries, key = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^([a-z_][\w.<>]*)(?:: | \(section\))", line)
+        if head:
+            key = head.group(1)
+            entries[key] = ""
+        elif line.startswith("    ") and key:
+            entries[key] = (entries[key] + " " + line.strip()).strip()
+    return entries
+
+
+def test_help_config_lists_every_field_with_a_help_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help-config"])
+    assert done.value.code == 0
+    entries = _help_entries(capsys.readouterr().out)
+    keys = list(_config_keys())
+    assert len(keys) > 60
+    assert [k for k in keys if k not in entries] == []
+    assert [k for k in keys if not entries[k] or entries[k].startswith("(no description)")] == []
+    assert entries["algo.estimator"].endswith(f"Choices: {', '.join(ESTIMATORS)}. Flag: --estimator.")
+    assert "learner.lr: float = 1e-06" in main_output(["--help-config", "learner.lr"], capsys)
+
+
+def main_output(argv, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    return capsys.readouterr().out
+
+
+@dataclasses.dataclass
+class _HalfDocumented:
+    documented: int = 1
+    """Has a help line."""
+    bare: int = 2
+
+
+def test_a_field_without_a_docstring_gets_no_help_line():
+    # What makes the test above fail for a field added later without its docstring.
+    docs = {f.key: f.doc for f in iter_fields(_HalfDocumented)}
+    assert docs == {"documented": "Has a help line.", "bare": ""}
+
+
+@pytest.mark.parametrize("flag, choices", [("--estimator", ESTIMATORS), ("--assignment", ASSIGNMENTS)])
+def test_bad_choice_is_rejected_at_parse_time(flag, choices, capsys):
+    with pytest.raises(SystemExit) as done:
+        parse_train_args(["--preset", "cpu", flag, "nope"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and "invalid choice: 'nope'" in err
+    assert all(repr(c) in err for c in choices)
+
+
+def test_bad_estimator_exits_2_before_any_model_loads(tmp_path):
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "drmas_train", "--run-dir", str(run), "--estimator", "ppo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"drmas-train: error: argument --estimator: invalid choice: 'ppo' (choose from "
+        f"{', '.join(map(repr, ESTIMATORS))}) (see drmas-train --help)"
+    ]
+    assert not run.exists()
+
+
+def test_usage_line_shows_the_eval_subcommand(capsys):
+    assert "drmas-train eval --env ID" in train_parser().format_usage()
+    assert "drmas-train eval" in main_output(["--help"], capsys).split("\n\n")[0]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv, status, message",
+    [
+        (["--preset", "no-such-preset"], 2, "no preset 'no-such-preset'"),
+        (["--set", "rollout.group_size=many"], 2, "expected int"),
+        (["--learner.nope", "1"], 2, "unknown field(s) ['nope']"),
+        (["--set", "algo.estimator=ppo"], 2, "algo.estimator must be one of"),
+        (["--env", "no-such-env"], 2, "unknown env id 'no-such-env'"),
+        (["--set", "env.kwargs.dataset=MISSING"], 1, "dataset file not found"),
+        (["--set", "env.kwargs.dataset=MALFORMED"], 1, "data.jsonl:2: not valid JSON"),
+    ],
+)
+def test_config_and_data_errors_end_in_one_line(argv, status, message, tmp_path, capsys):
+    missing = str(tmp_path / "missing.jsonl")
+    malformed = _write(tmp_path / "data.jsonl", '{"problem": "1 + 1?", "answer": "2"}\n{"problem": \n')
+    argv = [a.replace("MISSING", missing).replace("MALFORMED", malformed) for a in argv]
+    code = main(["--preset", "smoke", "--run-dir", str(tmp_path / "run"), *argv])
+    err = capsys.readouterr().err
+    assert code == status, err
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_malformed_preset_file_is_a_config_error(tmp_path, capsys):
+    assert main(["--preset", _write(tmp_path / "p.yaml", "steps: [1\n")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_data_error_exits_1_with_one_line_from_the_real_command(tmp_path):
+    data = _write(tmp_path / "d.jsonl", json.dumps({"problem": "2 + 2?", "answer": "4"}) + "\n[1, 2]\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "drmas_train", "--preset", "smoke", "--run-dir", str(tmp_path / "run")]
+        + ["--set", f"env.kwargs.dataset={data}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [f"error: {data}:2: expected a JSON object, got list"]
+
+
+def test_eval_subcommand_reports_an_unknown_env_in_one_line(capsys):
+    assert main(["eval", "--env", "no-such-env", "--model", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown env id 'no-such-env'" in err and len(err.strip().splitlines()) == 1

@@ -55,6 +55,37 @@ def records(n: int, vocab: int, *, adapters=(None,), seed: int = 0) -> list[Call
     return out
 
 
+def shared_records(n_groups: int, group: int, *, adapters=(None,), seed: int = 0) -> list[CallRecord]:
+    """Records as a GRPO step makes them: per agent a system prompt, `group` samples of each question."""
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(k: int) -> list[int]:
+        return torch.randint(5, 256, (k,), generator=g).tolist()
+
+    systems = [ids(15), ids(22)]
+    out = []
+    for q in range(n_groups):
+        question = ids(5 + q)
+        for j in range(group * len(systems)):
+            response = ids(int(torch.randint(1, 10, (1,), generator=g)))
+            out.append(
+                CallRecord(
+                    group_id=q,
+                    episode_id=len(out),
+                    agent="solver",
+                    model="m",
+                    turn=0,
+                    prompt_ids=systems[j % 2] + question,
+                    response_ids=response,
+                    logprobs=[0.0] * len(response),
+                    advantage=float(torch.randn(1, generator=g)),
+                    adapter=adapters[j % len(adapters)],
+                    temperature=0.7 if j % 2 else 1.0,
+                )
+            )
+    return out
+
+
 def make_learner(folder, micro: int, *, lora: bool, dp=None, ppo=None) -> Learner:
     """A learner with `ppo` config overrides; with KL and no LoRA, a frozen reference copy (sharded too)."""
     torch.manual_seed(0)
@@ -183,6 +214,26 @@ def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(
         assert_close_dicts(got["full_reloaded"], got["full"])
     if "b" not in adapters and lora:
         assert all(g is None for name, g in ref["grads"].items() if ".b." in name and "lora_" in name)
+
+
+@pytest.mark.parametrize("adapters", [(None,), ("a", "b")], ids=["full", "lora"])
+def test_fsdp_shared_prefix_gradients_equal_the_unshared_ones(folder, tmp_path, adapters):
+    """FSDP ranks packing prefix trees (and LM-head chunks recomputed in backward) vs one plain process."""
+    torch.set_num_threads(1)
+    lora = adapters != (None,)
+    batch = shared_records(2, 3, adapters=adapters, seed=1)
+    ref = run_case(folder, batch, 4, lora, ppo={"forward": "plain"})
+    ppo = {"forward": "shared_prefix", "logits_chunk_mib": 0.01}  # a few positions per LM-head chunk
+    for got in spawn(2, folder, batch, 4, lora, tmp_path, "fsdp", ppo):
+        assert got["grads"].keys() == ref["grads"].keys()
+        for name, want in ref["grads"].items():
+            if want is None:
+                assert got["grads"][name] is None, name
+                continue
+            rel = float((got["grads"][name] - want).norm() / want.norm().clamp_min(1e-30))
+            assert rel <= 1e-5, f"{name}: relative difference {rel:.2e}"
+        for k, v in ref["metrics"].items():
+            assert math.isclose(got["metrics"][k], v, rel_tol=1e-5, abs_tol=1e-7), k
 
 
 def test_shard_and_buckets():

@@ -46,7 +46,8 @@ def test_kill_minus_9_then_resume(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = _rows(run)
-    assert [r["step"] for r in rows] == list(range(1, done + 2))  # rows after the checkpoint were dropped
+    # rows after the checkpoint were dropped; step 0 is the validation before training, made once
+    assert [r["step"] for r in rows] == [0, *range(1, done + 2)]
     assert rows[-1]["data/cursor"] == (done + 1) * 2  # 2 prompts per step in the smoke preset
     assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 1:06d}"
 

@@ -2,9 +2,11 @@
 
 import importlib.util
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,6 +42,35 @@ def test_driver_commands_are_valid_trainer_command_lines(capsys, tmp_path):
         run.parse_args(["--name", "x", "--estimators", "ppo"])
 
 
+def test_driver_pins_the_held_out_protocol_for_every_run(capsys, tmp_path):
+    run = load("run")
+    argv = ["--name", "x", "--preset", "smoke", "--estimators", "grpo,drmas", "--seeds", "0,1", "--eval-every", "5"]
+    argv += ["--eval-problems", "16", "--eval-k", "3", "--set", "eval.k=7", "--runs-dir", str(tmp_path), "--dry-run"]
+    assert run.main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        _, overrides = parse_train_args(shlex.split(line)[3:])
+        # the same problems for every estimator and seed; an explicit --set wins over the flag
+        assert overrides["eval.seed"] == 0 and overrides["eval.every"] == 5 and overrides["eval.n_problems"] == 16
+        assert overrides["eval.k"] == 7
+    assert run.main(["--name", "x", "--preset", "smoke", "--runs-dir", str(tmp_path), "--dry-run"]) == 0
+    _, overrides = parse_train_args(shlex.split(capsys.readouterr().out.splitlines()[0])[3:])
+    assert overrides["eval.seed"] == 0 and "eval.every" not in overrides  # unset flags keep the preset's
+
+
+def test_the_step_0_validation_row_is_no_training_step(tmp_path):
+    run = load("run")
+    folder = tmp_path / "r"
+    folder.mkdir()
+    assert run.trained_steps(folder) == 0
+    rows = [{"step": 0, "val/avg@1": 0.25}, {"step": 1, "accuracy": 0.5}]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run.trained_steps(folder) == 1
+    assert not run.is_complete(folder, 2)  # two rows, but one step: the run must still be resumed
+    assert run.is_complete(folder, 1)
+
+
 def test_driver_rounds_advance_every_run_before_the_next_round(capsys, tmp_path):
     run = load("run")
     assert run.round_targets(10, None) == [10]
@@ -55,10 +86,23 @@ def test_driver_rounds_advance_every_run_before_the_next_round(capsys, tmp_path)
     assert order == [(3, "grpo"), (3, "drmas"), (5, "grpo"), (5, "drmas")]
 
 
-def write_run(folder: Path, estimator: str, norms: list, skipped: list, seed: int = 0, scale: float = 1) -> Path:
+def write_run(
+    folder: Path,
+    estimator: str,
+    norms: list,
+    skipped: list,
+    seed: int = 0,
+    scale: float = 1,
+    val: dict | None = None,
+    lr: float = 0.001,
+) -> Path:
+    """A run folder; `val` maps a step to its `val/*` metrics (step 0: a row of its own, as the trainer writes)."""
     folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(f"seed: {seed}\nalgo:\n  estimator: {estimator}\n")
-    rows = []
+    config = f"seed: {seed}\nalgo:\n  estimator: {estimator}\nlearner:\n  lr: {lr}\nlog:\n  run_dir: {folder}\n"
+    config += "eval:\n  k: 2\n  n_problems: 4\n  seed: 0\n  split: test\n  temperature: 0.6\n  top_p: 0.95\n"
+    (folder / "config.yaml").write_text(config)
+    val = val or {}
+    rows = [{"step": 0, **val[0]}] if 0 in val else []
     for i, (n, s) in enumerate(zip(norms, skipped)):
         rows.append(
             {
@@ -73,6 +117,7 @@ def write_run(folder: Path, estimator: str, norms: list, skipped: list, seed: in
                 "adv/solver/sq_mean": 0.5,
                 "adv_global/solver/sq_mean": 2.0,
                 "adv_global/solver/gap": 0.25,
+                **val.get(i + 1, {}),
             }
         )
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -112,19 +157,125 @@ def test_synthetic_analysis_writes_table_and_plot(tmp_path):
     assert "## Reading" in text and (tmp_path / "second_moments.png").stat().st_size > 1000
 
 
+def test_t_quantile_and_interval_by_hand():
+    heldout = load("heldout")
+    # closed forms of Student's t: df 1 is Cauchy, tan(pi (p - 1/2)); df 2: (2p - 1) sqrt(2 / (4 p (1 - p)))
+    assert heldout.t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), abs=1e-7)  # 12.7062
+    assert heldout.t_quantile(0.975, 2) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), abs=1e-7)
+    assert heldout.t_quantile(0.95, 2) == pytest.approx(0.9 * math.sqrt(2 / (4 * 0.95 * 0.05)), abs=1e-7)
+    # 0.1, 0.2, 0.3: mean 0.2, sd 0.1, half-width t(0.975, 2) * 0.1 / sqrt(3) = 0.248414
+    iv = heldout.t_interval([0.1, 0.2, float("nan"), 0.3])  # NaN (a missing metric) is no seed
+    assert (iv.n, iv.mean) == (3, pytest.approx(0.2))
+    assert (iv.low, iv.high) == (pytest.approx(0.2 - 0.248414, abs=1e-6), pytest.approx(0.2 + 0.248414, abs=1e-6))
+    one = heldout.t_interval([0.5])
+    assert one.n == 1 and one.mean == 0.5 and math.isnan(one.low) and math.isnan(one.high)
+    assert heldout.t_interval([]).n == 0
+    assert heldout.reading(iv) == "contains 0"
+    assert heldout.reading(heldout.Interval(0.1, 0.05, 0.15, 2)) == "above 0"
+    assert heldout.reading(heldout.Interval(-0.1, -0.15, -0.05, 2)) == "below 0"
+    with pytest.raises(ValueError):
+        heldout.t_quantile(0.4, 3)
+
+
+def test_paired_differences_and_gains_by_hand():
+    heldout = load("heldout")
+    # seed 3 has no drmas run and seed 4's grpo value is missing: only seeds 0-2 pair
+    drmas = {0: 0.3, 1: 0.1, 2: 0.2, 4: 0.1}
+    grpo = {0: 0.1, 1: 0.1, 2: 0.0, 3: 0.5, 4: float("nan")}
+    diffs = heldout.paired_differences(drmas, grpo)
+    assert list(diffs) == [0, 1, 2] and list(diffs.values()) == pytest.approx([0.2, 0.0, 0.2])
+    # mean 2/15, sd sqrt(0.04/3), se sd / sqrt(3) = 0.0666667, half-width 4.302653 * 0.0666667 = 0.286844
+    iv = heldout.t_interval(diffs.values())
+    assert iv.mean == pytest.approx(0.133333, abs=1e-6) and iv.high - iv.mean == pytest.approx(0.286844, abs=1e-6)
+    rows = [{"step": 0, "val/avg@1": 0.25}, {"step": 1, "accuracy": 1.0}, {"step": 2, "val/avg@1": 0.5}]
+    values = heldout.curve(rows, "val/avg@1")
+    assert values == {0: 0.25, 2: 0.5}
+    assert heldout.gain(values, 0, 2) == 0.25 and math.isnan(heldout.gain(values, 0, 4))
+    assert heldout.config_diff({"a": {"b": 1, "c": 2}, "steps": 3}, {"a": {"b": 1, "c": 5}, "steps": 9}) == ["a.c"]
+    # runs validated on different problems are flagged, not compared silently
+    same = SimpleNamespace(config={"eval": {"k": 2, "seed": 0}}, val_rows=rows)
+    other = SimpleNamespace(config={"eval": {"k": 2, "seed": 1}}, val_rows=rows)
+    assert "protocols differ" not in "".join(heldout.protocol([same, same]))
+    assert "**The runs' validation protocols differ** (eval.seed)" in "".join(heldout.protocol([same, other]))
+
+
+def _val(avg1: float, acc: float, avg2: float) -> dict:
+    return {"val/avg@1": avg1, "val/answer_acc": acc, "val/avg@2": avg2, "val/n_problems": 4.0}
+
+
+def test_report_held_out_section_on_known_runs(tmp_path):
+    report = load("report")
+    norms, skipped = [1] * 4, [0] * 4
+
+    def run(name, est, seed, first, mid, last, **kw):  # validation before training, after steps 2 and 4
+        val = {0: _val(first, first, first), 2: _val(mid, mid, mid), 4: _val(last, last + 0.1, last)}
+        return write_run(tmp_path / name, est, norms, skipped, seed=seed, val=val, **kw)
+
+    runs = [
+        run("g0", "grpo", 0, 0.30, 0.30, 0.35),  # gain +0.05
+        run("g1", "grpo", 1, 0.40, 0.40, 0.40),  # gain 0
+        run("d0", "drmas", 0, 0.30, 0.40, 0.45),  # gain +0.15, paired +0.10
+        run("d1", "drmas", 1, 0.40, 0.40, 0.55),  # gain +0.15, paired +0.15
+        run("d2", "drmas", 2, 0.20, 0.20, 0.20),  # no grpo seed 2
+        run("p0", "pooled", 0, 0.30, 0.30, 0.30, lr=0.01),  # not the same config as grpo s0
+    ]
+    text = report.write_report(runs, tmp_path / "out", title="T").read_text()
+    assert "Steps per run: 4." in text  # the step-0 validation row is no training step
+    assert "Mean over steps 1-2 / 3-3 / 4-4" in text
+    assert "## Held-out accuracy" in text and "4 problems of split `test`" in text
+    assert "| run | metric | step 0 | step 2 | step 4 |" in text
+    assert "| drmas s0 | val/avg@1 | 0.300 | 0.400 | 0.450 |" in text
+    assert "| drmas s0 | val/answer_acc | 0.300 | 0.400 | 0.550 |" in text
+    # drmas gains 0.15, 0.15, 0 (s2): mean 0.1, sd 0.0866025, half-width 4.302653 * 0.05 = 0.215133
+    assert "| drmas | val/avg@1 | 0 -> 4 | 3 | s0 +0.150, s1 +0.150, s2 +0.000 | +0.100 | [-0.115, +0.315] |" in text
+    # grpo gains 0.05, 0: mean 0.025, half-width 12.706205 * 0.025 = 0.317655
+    assert "| grpo | val/avg@1 | 0 -> 4 | 2 | s0 +0.050, s1 +0.000 | +0.025 | [-0.293, +0.343] | contains 0 |" in text
+    assert "| pooled | val/avg@2 | 0 -> 4 | 1 | s0 +0.000 | +0.000 | n/a (n < 2) |" in text
+    # paired: drmas - grpo on seeds 0, 1: 0.10, 0.15 -> mean 0.125, half-width 12.706205 * 0.025 = 0.317655
+    assert "| drmas - grpo | val/avg@1 | 0 -> 4 | 2 | s0 +0.100, s1 +0.150 | +0.125 | [-0.193, +0.443] |" in text
+    assert "| drmas - grpo | val/answer_acc | 0 -> 4 | 2 | s0 +0.100, s1 +0.150 | +0.125 |" in text
+    assert "| pooled - grpo |" not in text
+    assert "Not paired: drmas s2: no grpo run with seed 2." in text
+    assert "Not paired: pooled s0: config differs from grpo s0 in learner.lr." in text
+    assert "protocols differ" not in text
+    assert (tmp_path / "out" / "heldout.png").stat().st_size > 1000 and "](heldout.png)" in text
+    # capped at 2 steps, the gains run from step 0 to step 2
+    capped = report.write_report(runs[:4], tmp_path / "capped", title="T", max_steps=2).read_text()
+    assert "| drmas - grpo | val/avg@1 | 0 -> 2 | 2 | s0 +0.100, s1 +0.000 | +0.050 |" in capped
+    # runs without validation (older benchmarks) get no held-out section
+    plain = write_run(tmp_path / "plain", "grpo", norms, skipped)
+    assert "Held-out" not in report.write_report([plain], tmp_path / "plain_out", title="T").read_text()
+
+
 @pytest.mark.slow
 def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
     run = load("run")
     # One estimator keeps it short: the point is the chain driver -> drmas-train -> metrics keys -> report.
     argv = ["--name", "e2e", "--preset", "smoke", "--steps", "2", "--estimators", "drmas", "--seeds", "0"]
     argv += ["--set", "threads=1"]  # a tiny model: intra-op threads only contend on a busy 2-core machine
+    # rounds of one step: the second round resumes the run, which must keep its step-0 validation
+    argv += ["--round-steps", "1", "--eval-every", "2", "--eval-problems", "4", "--eval-k", "2"]
     assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "README.md").read_text()
     assert text.startswith("# Stability: out\n")  # titled by its results folder, not the runs' --name
     assert "| drmas | shared | 1 |" in text and "| drmas s0 | shared | 2 |" in text
     assert "| drmas | solver |" in text and "| drmas | verifier |" in text  # the per-agent moments were logged
-    # a finished run is not run again
     metrics = tmp_path / "runs" / "e2e" / "drmas-s0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    # step 0 once (before training, kept through the resume), then steps 1 (a round's end) and 2 validated
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all("val/avg@1" in r and "val/answer_acc" in r and "val/avg@2" in r for r in rows)
+    assert rows[0]["val/n_problems"] == 4 and "accuracy" not in rows[0]
+    # the held-out section holds the runs' own numbers
+    assert "## Held-out accuracy" in text and "4 problems of split `test`" in text
+    heldout = load("heldout")
+    for key in ("val/avg@1", "val/answer_acc", "val/avg@2"):
+        values = " | ".join(f"{r[key]:.3f}" for r in rows)
+        assert f"| drmas s0 | {key} | {values} |" in text
+        gain = heldout.signed(rows[2][key] - rows[0][key])
+        assert f"| drmas | {key} | 0 -> 2 | 1 | s0 {gain} | {gain} | n/a (n < 2) |" in text
+    assert (tmp_path / "out" / "heldout.png").stat().st_size > 1000
+    # a finished run is not run again
     mtime = metrics.stat().st_mtime
     assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert metrics.stat().st_mtime == mtime

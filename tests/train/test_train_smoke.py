@@ -63,7 +63,9 @@ def test_smoke_math_2agent(tmp_path, assignment, models):
 
 def test_ids_trained_equal_ids_sampled_every_turn(tmp_path, monkeypatch):
     # A malformed verdict counts as a rejection, so most episodes run Solver -> Verifier -> Solver.
-    cfg, trainer = _smoke(tmp_path, **{"env.kwargs.missing_verdict": "reject", "steps": 1})
+    # Validation off: its generations are not trained on.
+    no_val = {"eval.every": 0, "eval.before_train": False}
+    cfg, trainer = _smoke(tmp_path, **{"env.kwargs.missing_verdict": "reject", "steps": 1, **no_val})
     sampled = []
     policy = trainer.policies["shared"]
     generate = policy.backend.generate

@@ -68,7 +68,7 @@ def test_sampled_metrics_by_hand():
         EpisodeResult(infos={"a": {"correct": True, "source": "s1"}}),
         EpisodeResult(infos={"a": {"correct": False, "source": "s1"}}),
         EpisodeResult(infos={"a": {"correct": False, "source": "s2"}}),
-        EpisodeResult(infos={"a": {"team_reward": 0.0, "source": "s2"}}),
+        EpisodeResult(infos={"a": {"correct": False, "source": "s2"}}),
     ]
     calls = [[_call(0, "solver", True), _call(0, "verifier", False)], [_call(1, "solver", False)], [], []]
     row = _sampled_metrics(results, calls, [0, 0, 1, 1], 2, ["solver", "verifier"])

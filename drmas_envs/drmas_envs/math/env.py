@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drmas_envs.env import WorkflowEnv
+from drmas_envs.math import prompts as P
 from drmas_envs.math.answers import VERDICTS
 from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
@@ -48,6 +49,10 @@ class MathEnvConfig:
     missing_verdict: str = "approve"
     """What a missing or malformed verdict counts as ("approve", as in the paper's code, or "reject");
     the call is malformed and penalised either way."""
+    verdict_first: bool = False
+    """The Verifier's prompt asks for the verdict first, then the reason (`prompts.VERIFIER_VERDICT_FIRST`):
+    for small models, which otherwise run out of tokens before the verdict; the paper's order (reason,
+    then verdict) is the default. A `prompts["verifier"]` override wins."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
     max_context_chars: int = 4000
@@ -108,6 +113,8 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
     """
     cfg = MathEnvConfig(n_agents=n_agents, **kwargs)
     prompts = _templates(cfg.prompts)
+    if cfg.verdict_first and cfg.n_agents == 2:
+        prompts.setdefault("verifier", P.VERIFIER_VERDICT_FIRST)
     factory = MathWorkflowFactory(
         n_agents=cfg.n_agents,
         grade=_grader(cfg),

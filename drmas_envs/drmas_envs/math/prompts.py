@@ -42,6 +42,25 @@ VERIFIER = PromptTemplate(
     ),
 )
 
+# The verdict first, then the reason (`make(..., verdict_first=True)`): a small model that rambles
+# runs out of tokens before a closing verdict (SmolLM2-135M wrote 0 valid <verify> tags within 64
+# tokens with VERIFIER); a large model loses its reasoning-before-verdict, so this is not the default.
+VERIFIER_VERDICT_FIRST = PromptTemplate(
+    system=(
+        "You are the Verifier in a math team. Check whether the Solver's final answer is correct. "
+        "Reply with the verdict first: <verify>approve</verify> if the final answer is correct, or "
+        "<verify>reject</verify> if it is wrong. Then give a short reason.\n\n"
+        "Examples:\nProblem: What is $2 + 5$?\nSolver: 2 + 5 = 7. The final answer is \\boxed{7}.\n"
+        "Review: <verify>approve</verify> 2 + 5 is 7.\n"
+        "Problem: What is $2 + 5$?\nSolver: 2 + 5 = 8. The final answer is \\boxed{8}.\n"
+        "Review: <verify>reject</verify> 2 + 5 is 7, not 8."
+    ),
+    user=(
+        "Problem:\n{problem}\n\nSolver:\n{latest_solution}\n\nReview the Solver's final answer. "
+        "Start with <verify>approve</verify> or <verify>reject</verify>."
+    ),
+)
+
 DEFAULT_PROMPTS = {"solver": SOLVER, "verifier": VERIFIER}
 
 HISTORY_HEADER = "Your team's work so far:\n\n"

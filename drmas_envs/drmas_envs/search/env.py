@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drmas_envs.env import WorkflowEnv
+from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
 from drmas_envs.search.workflows import OneAgentSearch, SearchWorkflow, ThreeAgentSearch, TwoAgentSearch
@@ -53,7 +54,15 @@ class SearchConfig:
     format_penalty: float | Mapping[str, float] = 0.01
     """Subtracted from an agent's reward per malformed call (the paper uses 0.01 for search)."""
     malformed_verdict: str = "no"
-    """What a malformed Verifier verdict counts as: "no" (search again) or "yes" (answer now)."""
+    """What a malformed Verifier verdict counts as: "no" (search again) or "yes" (answer now; the reference
+    treats any verdict that is not <verify>no</verify> as yes). The call is penalised either way."""
+    verify_last_step: bool = False
+    """3 agents: also ask the Verifier at the last step, where "no" ends the episode unanswered (the reference
+    does: its Search agent only runs while steps remain). False: the last step goes straight to the Answer agent."""
+    require_think: bool = False
+    """The reference's format check: a Search or Answer call (one agent: every call) needs exactly one
+    <think>...</think>, else it is malformed and penalised, its query or answer still used; their prompts
+    then ask for it. False: only the action tag is checked."""
     max_query_chars: int = 512
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
@@ -131,13 +140,19 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
         history_steps=cfg.history_steps,
         max_query_chars=cfg.max_query_chars,
         malformed_verdict=cfg.malformed_verdict,
+        verify_last_step=cfg.verify_last_step,
+        require_think=cfg.require_think,
     )
+    templates = _templates(cfg.prompts, cls.roles)
+    if cfg.require_think:  # the roles whose format check reads the think block are told about it
+        for role in set(cls.roles) - {"verifier"} - set(templates):
+            templates[role] = search_prompts.with_think(cls.default_prompts[role])
     return WorkflowEnv(
         factory,
         tasks,
         roles=cls.roles,
         format_penalty=cfg.format_penalty,
-        prompts=_templates(cfg.prompts, cls.roles),
+        prompts=templates,
         name=f"drmas_search_{n_agents}agent_v0",
         render_mode=cfg.render_mode,
     )

@@ -87,3 +87,13 @@ def parse_action(text: str, names: tuple[str, ...], max_chars: int) -> Parsed:
     if name == "answer":
         return parse_answer(content, max_chars)
     return Parsed(True, ("done", None))
+
+
+def think_error(text: str) -> str:
+    """Why `text` fails the reference's think check (exactly one `<think>` before one `</think>`), or ""."""
+    opens, closes = text.count("<think>"), text.count("</think>")
+    if opens != 1 or closes != 1:
+        return f"expected exactly one <think>...</think>, found {opens} <think> and {closes} </think>"
+    if text.find("</think>") < text.find("<think>"):
+        return "</think> comes before <think>"
+    return ""

@@ -68,6 +68,15 @@ SEARCHER = PromptTemplate(
     user="Question: {question}\n\nSearch history:\n{history}\n\nSearches left: {searches_left}.",
 )
 
+THINK_RULE = "\n\nFormat: first reason step by step inside <think>...</think> (exactly once), then write your reply."
+"""Added to the Search and Answer prompts when the env requires a think block (`require_think`)."""
+
+
+def with_think(template: PromptTemplate) -> PromptTemplate:
+    """`template` with its system prompt asking for one `<think>...</think>` before the reply."""
+    return PromptTemplate(system=template.system + THINK_RULE, user=template.user)
+
+
 THREE_AGENT = {"verifier": VERIFIER, "search": SEARCH, "answer": ANSWER}
 TWO_AGENT = {"search": SEARCH_OR_DONE, "answer": ANSWER}
 ONE_AGENT = {"searcher": SEARCHER}

