@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/learner_sharing.py --replay runs/bench/records.json [--repeats 3] [--micro 8]
 
 `--collect` runs one real rollout of the default team (math-2agent, SmolLM2-135M-Instruct, fp32, the
-`cpu` preset's sampling and lengths, the transformers backend) and saves its call records (exact ids).
+`cpu` preset's sampling and lengths, the vLLM backend by default) and saves its call records (exact ids).
 `--replay` loads them and times the learner's forward + backward over the whole batch
 (`Learner.compute_gradients`, the update minus the optimizer step, which sharing does not touch) with
 `learner.forward` = plain, shared_prefix and auto, each on a fresh copy of the model, one thread:
@@ -28,13 +28,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 
-def collect(path: Path, prompts: int, group: int) -> None:
+def collect(path: Path, prompts: int, group: int, backend: str) -> None:
     from drmas_train.config import build_config
     from drmas_train.records import CallRecord
     from drmas_train.rollout import rollout
     from drmas_train.trainer import Trainer
 
-    over = {"models.backend": "transformers", "rollout.prompts_per_step": prompts, "rollout.group_size": group}
+    over = {"models.backend": backend, "rollout.prompts_per_step": prompts, "rollout.group_size": group}
     over["log.run_dir"] = tempfile.mkdtemp(prefix="drmas-bench-")
     trainer = Trainer(build_config("cpu", over))
     try:
@@ -78,8 +78,11 @@ def replay(path: Path, repeats: int, micro: int) -> None:
         by_agent.setdefault(r.agent, []).append(len(r.prompt_ids))
     print(f"{len(records)} records; prompt tokens per agent (min-max):", end=" ")
     print({a: (min(v), max(v)) for a, v in by_agent.items()}, end="; ")
-    print(f"response tokens max {max(len(r.response_ids) for r in records)}, total {sum(len(r.response_ids) for r in records)}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"), dtype=torch.float32)
+    lengths = [len(r.response_ids) for r in records]
+    print(f"response tokens max {max(lengths)}, total {sum(lengths)}")
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"), dtype=torch.float32
+    )
     results, grads = {}, {}
     for forward in ("plain", "shared_prefix", "auto"):
         m = copy.deepcopy(model)
@@ -103,15 +106,20 @@ def replay(path: Path, repeats: int, micro: int) -> None:
             cpus.append(time.process_time() - c0)
         grads[forward] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
         results[forward] = (statistics.median(walls), statistics.median(cpus), tokens)
-        print(f"{forward:14s} wall {results[forward][0]:7.2f} s  cpu {results[forward][1]:7.2f} s  tokens {tokens}  "
-              f"load {os.getloadavg()[0]:.1f}")
+        print(
+            f"{forward:14s} wall {results[forward][0]:7.2f} s  cpu {results[forward][1]:7.2f} s  tokens {tokens}  "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
     worst = max(
         float((grads["shared_prefix"][n] - g).norm() / g.norm().clamp_min(1e-30)) for n, g in grads["plain"].items()
     )
     base = results["plain"]
-    print(f"shared/plain: wall {results['shared_prefix'][0] / base[0]:.2f}x, cpu {results['shared_prefix'][1] / base[1]:.2f}x, "
-          f"tokens {results['shared_prefix'][2] / base[2]:.2f}x; auto/plain cpu {results['auto'][1] / base[1]:.2f}x; "
-          f"largest per-tensor relative gradient difference {worst:.1e}")
+    print(
+        f"shared/plain: wall {results['shared_prefix'][0] / base[0]:.2f}x, "
+        f"cpu {results['shared_prefix'][1] / base[1]:.2f}x, "
+        f"tokens {results['shared_prefix'][2] / base[2]:.2f}x; auto/plain cpu {results['auto'][1] / base[1]:.2f}x; "
+        f"largest per-tensor relative gradient difference {worst:.1e}"
+    )
     print(f"CPU: {platform.processor() or platform.machine()}, torch threads 1, load average {os.getloadavg()}")
 
 
@@ -121,11 +129,12 @@ def main() -> None:
     p.add_argument("--replay", type=Path, help="replay saved records through the learner")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=4)
+    p.add_argument("--backend", default="vllm", help="the engine of --collect (vllm or transformers)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--micro", type=int, default=8, help="micro-batch size (the cpu preset's: 8)")
     args = p.parse_args()
     if args.collect:
-        collect(args.collect, args.prompts, args.group)
+        collect(args.collect, args.prompts, args.group, args.backend)
     if args.replay:
         replay(args.replay, args.repeats, args.micro)
     if not (args.collect or args.replay):

@@ -9,7 +9,10 @@ import argparse
 import json
 from pathlib import Path
 
-import matplotlib
+from drmas_train.extras import require
+
+require("matplotlib", "bench", "plotting a run")
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

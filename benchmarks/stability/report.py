@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import heldout  # noqa: E402
 
+from drmas_train.extras import require
 from drmas_train.stability import as_float, grad_norm_summary, read_jsonl  # noqa: E402
 
 FINAL_STEPS = 5  # "final" figures average the last few steps, since one step's reward is noisy
@@ -230,6 +231,7 @@ def _learning_row(label: str, runs: list[Run], keys: list[str], n: int, windows:
 
 def plots(runs: list[Run], out: Path) -> list[str]:
     """Grad-norm, reward and advantage-moment curves; returns the PNG file names."""
+    require("matplotlib", "bench", "the stability report's figures")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drmas_train.extras import require
 from drmas_train.stability import second_moments, synthetic_calls
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,7 @@ def reading(rows: list[dict]) -> list[str]:
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    require("matplotlib", "bench", "the synthetic analysis' figure")
     import matplotlib
 
     matplotlib.use("Agg")

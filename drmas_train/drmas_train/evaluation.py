@@ -37,9 +37,7 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-episodes", type=int, default=64, help="episodes run in lock-step at once")
     p.add_argument("--seed", type=int, default=0, help="problem order and sampling seed")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument(
-        "--backend", default="auto", choices=BACKENDS, help="generation engine; auto: vllm where it imports"
-    )
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="generation engine; auto: vllm where it imports")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env option (YAML value)")
     return p

@@ -196,12 +196,18 @@ def head_scores(
 
 
 def _chunk_scores(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temps: torch.Tensor, *, entropy: str):
-    logits = head(hidden).float() / temps[:, None]
+    """[n, 2] (log-prob, entropy) of one chunk; [n, V] temporaries are reused in place where autograd allows."""
+    logits = head(hidden)
+    # A fp32 head output is not saved by its own backward, so it may be scaled in place.
+    logits = logits.div_(temps[:, None]) if logits.dtype == torch.float32 else logits.float() / temps[:, None]
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
     if entropy == "off":
         return torch.stack([logp, torch.zeros_like(logp)], dim=-1)
     # H = -sum p log p = lse - sum p * logit; with gradient only when it is in the loss.
-    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "loss"):
+    if entropy == "loss" and torch.is_grad_enabled():
         ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    else:
+        with torch.no_grad():
+            ent = lse - torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
     return torch.stack([logp, ent], dim=-1)

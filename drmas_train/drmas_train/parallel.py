@@ -116,9 +116,7 @@ class Sharded(Replicate):
         load_sharded_optimizer_state(optimizer, state)
 
 
-def make_strategy(
-    dp: DataParallel | None, model: torch.nn.Module, params: Sequence[torch.nn.Parameter]
-) -> Alone:
+def make_strategy(dp: DataParallel | None, model: torch.nn.Module, params: Sequence[torch.nn.Parameter]) -> Alone:
     """The strategy for this process's place (`dp` None: alone)."""
     if dp is None:
         return Alone()

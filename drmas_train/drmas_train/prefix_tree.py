@@ -77,9 +77,7 @@ def tree_length(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[i
     return len(children)
 
 
-def pack_prefix_tree(
-    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device=None
-) -> PackedRow:
+def pack_prefix_tree(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device=None) -> PackedRow:
     """Build the prefix tree of the records' input sequences and index their response tokens.
 
     Args:

@@ -78,7 +78,10 @@ class Trainer:
         seed_everything(cfg.seed)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
-        probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
+        try:
+            probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
+        except TypeError as exc:  # a misspelt env option: one clear config error, not a traceback
+            raise ValueError(f"env {cfg.env.id!r} rejected its options (env.kwargs): {exc}") from exc
         if not isinstance(probe.unwrapped, drmas_envs.WorkflowEnv):  # tasks, task order, per-call rewards
             raise TypeError(f"env {cfg.env.id!r} is a {type(probe.unwrapped).__name__}; training needs a WorkflowEnv")
         self.agents = list(probe.possible_agents)

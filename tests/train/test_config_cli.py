@@ -243,6 +243,7 @@ def _write(path, text):
         (["--env", "no-such-env"], 2, "unknown env id 'no-such-env'"),
         (["--set", "env.kwargs.dataset=MISSING"], 1, "dataset file not found"),
         (["--set", "env.kwargs.dataset=MALFORMED"], 1, "data.jsonl:2: not valid JSON"),
+        (["--set", "env.kwargs.levle=1"], 1, "rejected its options (env.kwargs)"),
     ],
 )
 def test_config_and_data_errors_end_in_one_line(argv, status, message, tmp_path, capsys):

@@ -226,3 +226,19 @@ def test_per_agent_lora_adapters_get_their_own_lr_and_grad_norms(model):
     kl_learner = Learner(pm, PPOConfig(kl_coef=0.1), param_groups=lora_param_groups(pm, default_lr=1e-3))
     assert kl_learner.ref_model is None
     assert kl_learner.update(records[:1])["kl"] > 1e-8  # the solver adapter has moved away from the base
+
+
+def test_lm_head_chunks_recomputed_in_backward_give_the_same_gradients(model):
+    """A chunk of a few positions (so backward recomputes every chunk's logits) changes nothing."""
+    records = random_records(6, model.config.vocab_size, seed=6)
+    for r in records:
+        r.temperature = 0.7
+    whole, chunked = copy.deepcopy(model), copy.deepcopy(model)
+    ppo = dict(micro_batch_size=3, entropy_coef=0.01)
+    a = Learner(whole, PPOConfig(**ppo)).compute_gradients(records)
+    learner = Learner(chunked, PPOConfig(logits_chunk_mib=4 * 4 * model.config.vocab_size / 2**20, **ppo))
+    assert learner.chunk_tokens == 4
+    b = learner.compute_gradients(records)
+    assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-6) and a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+    for (n, p), q in zip(whole.named_parameters(), chunked.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-7, rtol=1e-5, msg=n)

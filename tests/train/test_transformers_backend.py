@@ -131,3 +131,58 @@ def test_load_weights_changes_generation(tiny):
     assert after.logprobs != before.logprobs
     with pytest.raises(KeyError, match="no parameter"):
         backend.load_weights([("nope.weight", torch.zeros(1))])
+
+
+def _prefill_batch_sizes(model):
+    """Record the batch size of every forward that starts from no cache (a prefill)."""
+    sizes = []
+
+    def hook(module, args, kwargs):
+        if kwargs.get("past_key_values") is None:
+            sizes.append(kwargs["input_ids"].shape[0])
+
+    return sizes, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_shared_prefill_runs_each_distinct_prompt_once_and_changes_no_output(tiny):
+    model, tok = tiny
+    batch = [p for p in _prompts(tok) for _ in range(4)]  # GRPO: every prompt sampled 4 times
+    shared, alone = TransformersBackend(model, tok), TransformersBackend(model, tok, share_prefill=False)
+    sizes, handle = _prefill_batch_sizes(model)
+    try:
+        for params, seed in (([SamplingParams(0.0, 1.0, 12)] * 12, None), ([SamplingParams(1.0, 1.0, 12)] * 12, 3)):
+            sizes.clear()
+            fanned = shared.generate(batch, params, seed=seed)
+            assert sizes == [3]  # three distinct prompts prefilled, not twelve
+            plain = alone.generate(batch, params, seed=seed)
+            assert sizes == [3, 12]
+            assert [g.response_ids for g in fanned] == [g.response_ids for g in plain]
+            for f, p in zip(fanned, plain):
+                torch.testing.assert_close(torch.tensor(f.logprobs), torch.tensor(p.logprobs), atol=1e-5, rtol=0)
+        assert len({tuple(g.response_ids) for g in fanned}) > 3  # sampled rows of one prompt still differ
+    finally:
+        handle.remove()
+
+
+def test_shared_prefill_keeps_adapters_apart(tiny):
+    from peft import LoraConfig, get_peft_model
+
+    base, tok = tiny
+    cfg = LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(base.name_or_path), cfg, adapter_name="alpha")
+    peft_model.add_adapter("beta", cfg)
+    prompt = _prompts(tok)[0]
+    adapters = ["alpha", "beta", "alpha", None, "beta"]
+    greedy = [SamplingParams(0.0, 1.0, 8)] * len(adapters)
+    sizes, handle = _prefill_batch_sizes(peft_model)
+    try:
+        fanned = TransformersBackend(peft_model, tok).generate([prompt] * 5, greedy, adapters=adapters)
+        assert sizes == [3]  # one prefill per (prompt, adapter)
+        plain = TransformersBackend(peft_model, tok, share_prefill=False).generate(
+            [prompt] * 5, greedy, adapters=adapters
+        )
+    finally:
+        handle.remove()
+    assert [g.response_ids for g in fanned] == [g.response_ids for g in plain]
+    assert fanned[0].logprobs == pytest.approx(fanned[2].logprobs, abs=1e-6)
+    assert fanned[0].logprobs != pytest.approx(fanned[1].logprobs, abs=1e-3)

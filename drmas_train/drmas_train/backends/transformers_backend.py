@@ -10,6 +10,12 @@ the same logits that were sampled from, *without* top-p masking: exactly what th
 for the PPO ratio (the reference's learner, verl, divides by T and ignores top-p too), so the ratio
 is 1 on-policy at any temperature and top-p. The sampled token always lies inside the top-p nucleus;
 its log-prob is just not renormalised over the nucleus.
+
+Shared prefill (`share_prefill`, on by default): GRPO samples every prompt `group_size` times, so a
+batch holds each distinct (prompt, adapter) several times. Each distinct one is prefilled once and its
+KV cache is copied to its rows before decoding (`DynamicCache.batch_select_indices`); decoding is
+unchanged, so the outputs are the same in distribution (greedy outputs identical, tested). The
+prefill also computes the last position's logits only (`logits_to_keep=1`).
 """
 
 from __future__ import annotations
@@ -67,13 +73,16 @@ class TransformersBackend:
         model: the module to generate with; the trainer may share it with the learner.
         tokenizer: its tokenizer (decodes responses; gives EOS and pad ids).
         max_batch_size: the largest batch run at once (bounds activation and KV memory).
+        share_prefill: prefill each distinct (prompt, adapter) of a batch once and copy its KV
+            cache to the rows that repeat it (see the module doc).
 
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 64):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 64, share_prefill: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.share_prefill = share_prefill
         self.eos = eos_ids(tokenizer, model)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos)
@@ -108,6 +117,35 @@ class TransformersBackend:
             return {}
         return {"adapter_names": [a if a is not None else BASE_ADAPTER for a in adapters]}
 
+    def _prefill(self, prompts: Sequence[Sequence[int]], adapters: Sequence[str | None]) -> tuple:
+        """Run the prompts once each where they repeat; return per-row (last logits, cache, mask, positions)."""
+        dev, n = self.device, len(prompts)
+        index: dict[tuple, int] = {}  # (prompt, adapter) -> its distinct index
+        src = [index.setdefault((tuple(p), a), len(index)) for p, a in zip(prompts, adapters)]
+        if not self.share_prefill:
+            src = list(range(n))
+        firsts: dict[int, int] = {}  # distinct index -> its first row
+        for row, u in enumerate(src):
+            firsts.setdefault(u, row)
+        distinct = [prompts[firsts[u]] for u in range(len(firsts))]
+        width = max(len(p) for p in distinct)
+        ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long, device=dev)
+        for i, p in enumerate(distinct):
+            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        kwargs = self._forward_kwargs([adapters[firsts[u]] for u in range(len(firsts))])
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **kwargs
+        )
+        logits, past = out.logits[:, -1, :], out.past_key_values
+        if len(distinct) < n:  # fan the distinct prompts' KV out to their rows
+            rows = torch.tensor(src, dtype=torch.long, device=dev)
+            past.batch_select_indices(rows)
+            logits, mask, positions = logits[rows], mask[rows], positions[rows]
+        return logits, past, mask, positions[:, -1:] + 1
+
     @torch.no_grad()
     def _generate_batch(
         self,
@@ -119,12 +157,6 @@ class TransformersBackend:
         dev, n = self.device, len(prompts)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt")
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
-        mask = torch.zeros((n, width), dtype=torch.long, device=dev)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-            mask[i, width - len(p) :] = 1
         temperature = torch.tensor([s.temperature for s in sampling], dtype=torch.float32, device=dev)
         top_p = torch.tensor([s.top_p for s in sampling], dtype=torch.float32, device=dev)
         limits = [s.max_new_tokens for s in sampling]
@@ -135,20 +167,11 @@ class TransformersBackend:
         logps: list[list[float]] = [[] for _ in range(n)]
         done = [lim <= 0 for lim in limits]
         finish = ["length"] * n
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        step_ids, past = ids, None
         try:
+            if not all(done):
+                logits, past, mask, positions = self._prefill(prompts, adapters)
             for _ in range(max(limits, default=0)):
-                out = self.model(
-                    input_ids=step_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=past,
-                    use_cache=True,
-                    **kwargs,
-                )
-                past = out.past_key_values
-                tokens, token_logps = sample_next(out.logits[:, -1, :], temperature, top_p, generator)
+                tokens, token_logps = sample_next(logits, temperature, top_p, generator)
                 tok_list, lp_list = tokens.tolist(), token_logps.tolist()
                 for i in range(n):
                     if done[i]:
@@ -164,7 +187,15 @@ class TransformersBackend:
                 # Finished rows keep decoding padding (masked out) so the batch stays rectangular.
                 step_ids = torch.where(torch.tensor(done, device=dev), self.pad_id, tokens)[:, None]
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
-                positions = positions[:, -1:] + 1
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=past,
+                    use_cache=True,
+                    **kwargs,
+                )
+                logits, past, positions = out.logits[:, -1, :], out.past_key_values, positions + 1
         finally:
             self.model.train(was_training)
         return [

@@ -61,6 +61,8 @@ class VLLMConfig:
     """Sequences the engine decodes at once; None: vLLM's default for the device (1024 on H100/H200, 256 on CPU)."""
     enable_prefix_caching: bool = True
     """Reuse the KV blocks of prompt prefixes shared by several requests (a group's n episodes share one prompt)."""
+    load_format: str = "auto"
+    """How vLLM gets the weights: "auto" (the folder's files) or "dummy" (random, no weight files: the GPU check)."""
     kv_cache_gib: float | None = None
     """KV-cache size in GiB (vLLM's `kv_cache_memory_bytes`). None: 1 GiB on CPU (vLLM's own sizing takes a share
     of RAM, several GiB, and starts slower), `gpu_memory_utilization` on GPU. Too small only queues requests."""
@@ -145,6 +147,8 @@ class VLLMBackend:
             kwargs["max_num_batched_tokens"] = max(cfg.max_model_len, 8192)
         if cfg.max_num_seqs is not None:
             kwargs["max_num_seqs"] = cfg.max_num_seqs
+        if cfg.load_format != "auto":
+            kwargs["load_format"] = cfg.load_format
         kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if cpu else None)
         if kv_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
