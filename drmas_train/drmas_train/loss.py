@@ -1,4 +1,6 @@
-"""Pure tensor functions of the PPO learner: response log-probs, the dual-clip loss, k3 KL.
+"""Pure tensor functions of the PPO learner: the padded batch layout, the dual-clip loss, k3 KL.
+
+Log-probs and entropy are computed by the forward strategies (`forward`).
 
 Shapes: B sequences, R = the longest response in the batch; `mask[b, t]` marks real response tokens.
 """
@@ -15,8 +17,8 @@ import torch
 class Batch:
     """Prompts left-padded to P, responses right-padded to R: every response starts at column P.
 
-    That layout lets the model return logits for the last R + 1 positions only (`logits_to_keep`),
-    which matters when prompts are long (multi-agent contexts) and the vocabulary is large.
+    That layout puts every row's response-predicting positions in the same columns (P - 1 .. P + R - 2),
+    so the forward gathers them for the LM head with one index (`forward.score`).
     """
 
     input_ids: torch.Tensor  # [B, P + R]
@@ -49,46 +51,6 @@ def make_batch(
     if device is not None:
         batch = Batch(*(t.to(device) for t in (ids, att, pos, batch.response_ids, resp_mask)))
     return batch
-
-
-def response_logits(model, batch: Batch) -> torch.Tensor:
-    """Logits that predict each response token: [B, R, V] (position P - 1 + t predicts token t)."""
-    r_len = batch.response_ids.shape[1]
-    kwargs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
-    try:
-        logits = model(**kwargs, logits_to_keep=r_len + 1, use_cache=False).logits
-    except TypeError:  # a model without `logits_to_keep`: compute all positions and slice
-        logits = model(**kwargs, use_cache=False).logits
-    return logits[:, -(r_len + 1) : -1, :]
-
-
-def _tempered(logits: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
-    """float32 logits / temperature; a tensor temperature is per row ([B]) or per position ([B, R])."""
-    logits = logits.float()
-    if isinstance(temperature, torch.Tensor):
-        t = temperature.to(device=logits.device, dtype=torch.float32)
-        return logits / t.reshape(t.shape + (1,) * (logits.dim() - t.dim()))
-    return logits / temperature if temperature != 1.0 else logits
-
-
-def token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float | torch.Tensor = 1.0
-) -> torch.Tensor:
-    """Per-token log-prob of `targets` under softmax(logits / temperature): [B, R].
-
-    Computed in float32 whatever the model dtype, since log-prob differences drive the PPO ratio.
-    log p = logit - logsumexp(logits), which avoids materialising a [B, R, V] log-softmax.
-    `temperature` may be a tensor: one per row ([B], each call's own) or per position ([B, R]).
-    """
-    logits = _tempered(logits, temperature)
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
-
-
-def entropy_from_logits(logits: torch.Tensor, *, temperature: float | torch.Tensor = 1.0) -> torch.Tensor:
-    """Per-position entropy of softmax(logits / temperature): [B, R] (tensor temperatures as `token_logprobs`)."""
-    logp = torch.log_softmax(_tempered(logits, temperature), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 def ppo_token_losses(

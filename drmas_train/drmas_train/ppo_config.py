@@ -41,8 +41,9 @@ class PPOConfig:
     """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
     forward: str = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
-    prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
-    faster on math-2agent, see docs/scaling.md). Not in the reference (verl runs every sequence whole)."""
+    prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens:
+    0.55x plain's time on a replayed math-2agent batch, docs/scaling.md). Not in the reference (verl runs
+    every sequence whole)."""
     logits_chunk_mib: float = 128.0
     """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
     MiB (220 positions at Qwen's 151,936-token vocabulary, 682 at SmolLM2's 49,152); beyond one chunk,

@@ -276,6 +276,7 @@ class Trainer:
             self.sampling,
             self.cfg.eval,
             max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
+            template_kwargs={a: self.cfg.template_kwargs(a) for a in self.agents},
         )
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))

@@ -102,6 +102,7 @@ def _run(
     seed: int,
     max_prompt_tokens: int,
     batch_episodes: int,
+    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[EpisodeResult], list[list[CallRecord]], list[int]]:
     """Run `k` episodes of each problem, `batch_episodes` at a time: results, calls and problem per episode."""
     per_batch = max(1, min(batch_episodes, len(envs)) // k)
@@ -111,7 +112,14 @@ def _run(
     for b, start in enumerate(range(0, len(problems), per_batch)):
         chunk = list(problems[start : start + per_batch])
         batch = rollout(
-            envs[: len(chunk) * k], chunk, k, serving, sampling, seed=seed + b, max_prompt_tokens=max_prompt_tokens
+            envs[: len(chunk) * k],
+            chunk,
+            k,
+            serving,
+            sampling,
+            seed=seed + b,
+            max_prompt_tokens=max_prompt_tokens,
+            template_kwargs=template_kwargs,
         )
         by_episode: dict[int, list[CallRecord]] = defaultdict(list)
         for r in batch.records:
@@ -171,6 +179,7 @@ def validate(
     cfg: EvalConfig,
     *,
     max_prompt_tokens: int,
+    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Run the validation protocol (module docstring) and return its `val/*` metrics.
 
@@ -180,13 +189,14 @@ def validate(
         sampling: agent -> its training sampling settings (only the response caps are kept).
         cfg: the protocol.
         max_prompt_tokens: as in training.
+        template_kwargs: agent -> chat-template variables, as in training (e.g. enable_thinking=False).
 
     """
     probe = envs[0].unwrapped
     order = probe.task_order(cfg.seed)
     problems = order[: min(cfg.n_problems, len(order))]
     agents = list(envs[0].possible_agents)
-    run = dict(max_prompt_tokens=max_prompt_tokens, batch_episodes=cfg.batch_episodes)
+    run = dict(max_prompt_tokens=max_prompt_tokens, batch_episodes=cfg.batch_episodes, template_kwargs=template_kwargs)
     sampled = {a: replace(s, temperature=cfg.temperature, top_p=cfg.top_p) for a, s in sampling.items()}
     results, calls, owners = _run(envs, problems, cfg.k, serving, sampled, seed=cfg.seed * 7919 + 1, **run)
     row = _sampled_metrics(results, calls, owners, cfg.k, agents)

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from drmas_train.forward import score
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
-from drmas_train.loss import kl_k3, make_batch, ppo_token_losses, response_logits, token_logprobs
+from drmas_train.loss import kl_k3, make_batch, ppo_token_losses
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.records import CallRecord
 
@@ -74,7 +75,7 @@ def test_logprobs_match_direct_forward_on_unpadded_sequences(model):
     records = random_records(6, model.config.vocab_size, seed=1)
     batch = make_batch([r.prompt_ids for r in records], [r.response_ids for r in records], pad_token_id=0)
     with torch.no_grad():
-        logp = token_logprobs(response_logits(model, batch), batch.response_ids)
+        logp = score(model, records, forward="plain").logp
         for i, r in enumerate(records):
             n = len(r.response_ids)
             torch.testing.assert_close(

@@ -109,7 +109,8 @@ def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(si
     assert not trainer.ray_handles and _removed(pg_ids)  # train() freed the workers and pools
 
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    _assert_same_numbers(rows, single_process)
+    assert rows[0]["step"] == 0 and "val/avg@2" in rows[0]  # the validation before training, made once
+    _assert_same_numbers(rows[1:], single_process)
     ckpt = load_checkpoint(latest_checkpoint(run / "checkpoints"))  # fetched from the workers
     assert ckpt["state"]["step"] == 2 and set(ckpt["weights"]) == set(ckpt["learners"]) == {"solver", "verifier"}
     assert all(math.isfinite(float(t.abs().sum())) for t in ckpt["weights"]["solver"].values())

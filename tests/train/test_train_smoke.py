@@ -76,14 +76,14 @@ def test_ids_trained_equal_ids_sampled_every_turn(tmp_path, monkeypatch):
         return gens
 
     trained = []
-    make_batch = learner_mod.make_batch
+    score = learner_mod.score  # the learner's forward (plain rows or a prefix tree): the ids it runs
 
-    def spy_make_batch(prompts, responses, **kw):
-        trained.extend((tuple(p), tuple(r)) for p, r in zip(prompts, responses))
-        return make_batch(prompts, responses, **kw)
+    def spy_score(model, records, **kw):
+        trained.extend((tuple(r.prompt_ids), tuple(r.response_ids)) for r in records)
+        return score(model, records, **kw)
 
     monkeypatch.setattr(policy.backend, "generate", spy_generate)
-    monkeypatch.setattr(learner_mod, "make_batch", spy_make_batch)
+    monkeypatch.setattr(learner_mod, "score", spy_score)
     trainer.train()
     assert sorted(trained) == sorted(s for s in sampled if s[1])  # empty responses carry no tokens
     # Every episode makes a Solver and a Verifier call; more calls than that means third turns happened,

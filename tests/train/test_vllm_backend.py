@@ -291,7 +291,9 @@ def test_smoke_training_with_the_vllm_backend(tmp_path, placement):
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"mode: {placement}" in (run_dir / "config.yaml").read_text()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the validation before training, through the engine
+    assert "val/avg@2" in rows[0]
+    rows = rows[1:]
     policies = ["shared"]
     for row in rows:
         assert all(math.isfinite(row[f"grad_norm/{p}"]) for p in policies)
