@@ -51,7 +51,8 @@ class ModelsConfig:
     """agent -> model name, for per_agent / heterogeneous (paper: 2 x Llama-3.2-3B + 1 x Qwen2.5-7B)."""
     dtype: str = "float32"
     """Dtype of the trained weights: float32 (master weights; an lr of 1e-6 would vanish in bf16 weights)
-    or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers, facts.md)."""
+    or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers; ~100x slower on
+    AVX2-only CPUs without native bf16)."""
     gen_dtype: str | None = None
     """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`."""
     device: str = "auto"

@@ -49,7 +49,7 @@ def _known(split: str, files: tuple[str, ...], hub: HubSource | None) -> KnownDa
 
 
 # Hub ids are the public copies these sets are commonly evaluated from; they cannot be fetched on an
-# offline machine, where the local files (e.g. ../shared/data/math/*.jsonl) are used instead.
+# offline machine, where the local files (e.g. data/math/*.jsonl) are used instead.
 KNOWN: dict[str, KnownDataset] = {
     "math500": _known("test", ("math500.jsonl",), HubSource("HuggingFaceH4/MATH-500", "test")),
     "aime24": _known("test", ("aime24.jsonl", "aime_2024.jsonl"), HubSource("HuggingFaceH4/aime_2024", "train")),

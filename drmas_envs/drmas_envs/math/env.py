@@ -1,7 +1,7 @@
 """`math_env`: the math task family as PettingZoo AEC envs (`math-1agent`, `math-2agent`).
 
     env = drmas_envs.make("math-2agent")                          # generated problems, levels 1-3
-    env = drmas_envs.make("math-2agent", dataset="math500", data_dir="../shared/data")
+    env = drmas_envs.make("math-2agent", dataset="math500", data_dir="data")
     env = drmas_envs.make("math-1agent", dataset="my_problems.jsonl", format_penalty=0.0)
 
 See `drmas_envs.math.workflow` for the turn order and format rules and docs/math.md for the guide.
