@@ -96,19 +96,23 @@ class MathSolo(Workflow):
         solver_calls = self.calls_of("solver")
         answer = solver_calls[-1].parsed.value if solver_calls else None
         reference = str(self.task["answer"])
-        correct = bool(self.grade(answer, reference)) if answer is not None else False
         verdicts = [c.parsed.value for c in self.calls_of("verifier")]
-        # Every attempt graded, so a Verifier's verdict can be judged against the attempt it reviewed
-        # (review i follows attempt i); the loose grade reads the last number of the last attempt.
+        # Every attempt graded once (the last one is the team's answer), so a Verifier's verdict can be
+        # judged against the attempt it reviewed (review i follows attempt i).
         attempts = [bool(self.grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
+        correct = attempts[-1] if attempts else False
+        # The loose grade reads the last number of the last attempt; graded only when it differs from the box.
         loose = last_number(solver_calls[-1].text) if solver_calls else None
+        loose_correct = (
+            correct if loose is not None and loose == answer else bool(loose and self.grade(loose, reference))
+        )
         info = {
             "correct": correct,
             "answer": answer,
             "reference": reference,
             "verdicts": verdicts,
             "attempts_correct": attempts,
-            "loose_correct": bool(self.grade(loose, reference)) if loose is not None else False,
+            "loose_correct": loose_correct,
         }
         return Score(float(correct), info)
 
