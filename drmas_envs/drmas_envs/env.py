@@ -13,6 +13,10 @@ env is their one source: the trainer and `evaluate` read them from the final inf
   reward >= 1. The built-in envs use the default: math scores 1 iff the graded answer is right,
   search scores exact match (1 or 0), so "correct" means a right answer, penalties aside.
 
+Observations are {`role`, `system`, `user`, `reply_prefix`, `turn`}. `reply_prefix` (usually "") is
+the start of the reply written for the agent: a policy continues it, and the env parses
+`reply_prefix + action` (see `PromptTemplate.reply_prefix`).
+
 The final `infos` of every agent also hold the score's facts, `team_reward`, calls and malformed
 calls per agent, and the agent's own total `format_penalty`.
 """
@@ -133,7 +137,14 @@ class WorkflowEnv(AECEnv):
 
     def observe(self, agent: str) -> Observation:
         system, user = self.workflow.messages(agent)
-        return {"role": agent, "system": system, "user": user, "turn": min(len(self.workflow.history), self.max_calls)}
+        turn = min(len(self.workflow.history), self.max_calls)
+        return {
+            "role": agent,
+            "system": system,
+            "user": user,
+            "reply_prefix": self.workflow.reply_prefix(agent),
+            "turn": turn,
+        }
 
     def step(self, action: str | None) -> None:
         agent = self.agent_selection
@@ -141,7 +152,8 @@ class WorkflowEnv(AECEnv):
             self._was_dead_step(action)
             return
         text = action if isinstance(action, str) else ("" if action is None else str(action))
-        self.workflow.record(agent, text)
+        # The action continues the reply prefix the observation showed (usually ""): parse the whole reply.
+        self.workflow.record(agent, self.workflow.reply_prefix(agent) + text)
         next_role = self.workflow.transition(agent, self.workflow.history[-1].parsed)
         self._cumulative_rewards[agent] = 0.0
         self._clear_rewards()

@@ -3,7 +3,10 @@
     policy = OpenAIChatPolicy("http://127.0.0.1:8000/v1", "Qwen/Qwen3-4B", sampling=ChatSampling(temperature=0.6))
     drmas_envs.evaluate(policy, "math-2agent", k=16)
 
-Each observation becomes one request with the [system, user] messages the env wrote. A batch is
+Each observation becomes one request with the [system, user] messages the env wrote. An observation
+with a `reply_prefix` adds it as a final assistant message and asks the server to continue that
+message (`continue_final_message`, as vLLM's and SGLang's chat servers accept); the reply text is
+then the continuation, which the env appends to the prefix. A batch is
 sent concurrently through a bounded thread pool; failures that may pass (connection errors,
 timeouts, HTTP 408/409/429 and 5xx) are retried with exponential backoff a bounded number of times;
 any other error response raises `OpenAIPolicyError` with the server's message. A reply without
@@ -140,6 +143,10 @@ class OpenAIChatPolicy:
             {"role": "user", "content": str(observation.get("user", ""))},
         ]
         body = {"model": self.model, "messages": messages, "n": 1, **self.sampling_for(agent).body()}
+        prefix = str(observation.get("reply_prefix") or "")
+        if prefix:  # the reply starts with text written for the model: ask the server to continue it
+            messages.append({"role": "assistant", "content": prefix})
+            body.update(continue_final_message=True, add_generation_prompt=False)
         if self.seed is not None:
             body["seed"] = self.seed + next(self._counter)
         return body

@@ -39,13 +39,14 @@ class AnyText(spaces.Text):
 
 
 def observation_space(max_turns: int, max_length: int) -> spaces.Dict:
-    """The observation of one agent: its role, its [system, user] chat and the turn index."""
+    """The observation of one agent: its role, its [system, user] chat, its reply's given start, the turn index."""
     text = AnyText(max_length)
     return spaces.Dict(
         {
             "role": AnyText(64),
             "system": text,
             "user": text,
+            "reply_prefix": text,
             "turn": spaces.Discrete(max_turns + 1),
         }
     )

@@ -24,10 +24,18 @@ from typing import Any, ClassVar
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """The [system, user] chat one role sees; `user` is a `str.format` template over the context."""
+    """The [system, user] chat one role sees; `user` is a `str.format` template over the context.
+
+    `reply_prefix` is the start of the role's reply, written for it: the policy continues it (the
+    trainer appends its tokens to the prompt) and the env parses `reply_prefix + action`. A small
+    model that never opens the required tag on its own (SmolLM2-135M: 0.4% valid `<verify>` verdicts)
+    writes a valid verdict every time once the tag is opened for it. Empty by default: the model
+    writes its whole reply.
+    """
 
     system: str
     user: str
+    reply_prefix: str = ""
 
     def render(self, context: Mapping[str, Any]) -> tuple[str, str]:
         """Fill the user template. Only the template is parsed: values are inserted verbatim."""
@@ -131,6 +139,10 @@ class Workflow(ABC):
     def messages(self, role: str) -> tuple[str, str]:
         """The (system, user) messages `role` would see now."""
         return self.prompts[role].render(self.context(role))
+
+    def reply_prefix(self, role: str) -> str:
+        """The start of `role`'s reply that is written for it (see `PromptTemplate.reply_prefix`)."""
+        return self.prompts[role].reply_prefix
 
     def record(self, role: str, text: str) -> Parsed:
         """Parse one call, append it to `history`, and return the parse."""

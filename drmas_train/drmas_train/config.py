@@ -89,6 +89,10 @@ class RolloutConfig:
     """Nucleus sampling mass in training (paper: 1.0); per-agent override."""
     max_new_tokens: int = 256
     """Response cap per call (paper: 4096 math, 800 search); per-agent override."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end a call's reply (kept in it), e.g. `</verify>` for a verdict-first Verifier: the
+    tokens after a closed answer cost generation and training time and carry no reward (paper: none);
+    per-agent override."""
     max_prompt_tokens: int = 2048
     """Longer prompts keep their head and tail and lose the middle (paper: 4096 math)."""
 
@@ -117,6 +121,8 @@ class AgentOverrides:
     """Nucleus mass of this agent's calls."""
     max_new_tokens: int | None = None
     """Response cap of this agent's calls."""
+    stop: list[str] | None = None
+    """Stop strings of this agent's calls (replaces rollout.stop; [] for none)."""
     micro_batch_size: int | None = None
     """Learner micro-batch of this agent's own model or adapter."""
     format_penalty: float | None = None
@@ -320,15 +326,19 @@ def load_preset(name: str) -> dict[str, Any]:
 def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the preset, then `overrides` (a dict of dotted keys to values).
 
-    Switching `env.id` away from the preset's env drops the preset's `env.kwargs` (they are options of
-    the other env) unless the overrides set some.
+    Switching `env.id` away from the preset's env drops the preset's `env.kwargs` (options of the other
+    env) unless the overrides set some, and always its `agents` section (settings of the other env's
+    roles: the cpu preset's 8-token math Verifier would cripple search-3agent's Verifier); per-agent
+    overrides given with the switch apply.
     """
     data = load_preset(preset) if preset else {}
     overrides = dict(overrides or {})
     env = data.get("env") or {}
     new_id = overrides.get("env.id")
-    if new_id is not None and new_id != env.get("id") and not any(k.startswith("env.kwargs") for k in overrides):
-        env.pop("kwargs", None)
+    if new_id is not None and new_id != env.get("id"):
+        if not any(k.startswith("env.kwargs") for k in overrides):
+            env.pop("kwargs", None)
+        data.pop("agents", None)
     for key, value in (overrides or {}).items():
         nested: dict[str, Any] = {}
         set_dotted(nested, key, value)

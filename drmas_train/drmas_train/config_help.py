@@ -23,10 +23,12 @@ from typing import Any
 
 from drmas_train.advantages import ESTIMATORS
 from drmas_train.config import ASSIGNMENTS, BACKENDS, TrainConfig
+from drmas_train.forward import FORWARDS
 from drmas_train.placement import MODES
 
 FIELD_CHOICES: dict[str, Sequence[str]] = {
     "algo.estimator": ESTIMATORS,
+    "learner.forward": FORWARDS,
     "models.assignment": ASSIGNMENTS,
     "models.backend": BACKENDS,
     "placement.mode": MODES,

@@ -34,6 +34,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=0.95, help="paper: 0.95")
     p.add_argument("--max-new-tokens", type=int, default=256, help="response cap per call")
     p.add_argument("--max-prompt-tokens", type=int, default=2048, help="longer prompts lose their middle")
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="STRING", help="a string that ends a reply (repeatable)"
+    )
     p.add_argument("--batch-episodes", type=int, default=64, help="episodes run in lock-step at once")
     p.add_argument("--seed", type=int, default=0, help="problem order and sampling seed")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
@@ -78,7 +81,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
 
         torch.set_num_threads(args.threads)
     serving, env_kwargs = _team(args)
-    sampling = SamplingParams(args.temperature, args.top_p, args.max_new_tokens)
+    sampling = SamplingParams(args.temperature, args.top_p, args.max_new_tokens, stop=tuple(args.stop))
     calls = {"n": 0}
 
     def policy(agent: str, observations: list[dict]) -> list[str]:

@@ -10,7 +10,9 @@ Keys:
 - per model: `grad_norm/<model>` (pre-clip: the stability metric) and `learner/<model>/<key>` for
   the rest of the learner's figures (loss, clip_frac, entropy, skipped, ...);
 - `tokens/generated`, `tokens/per_s` (generation throughput), `mem/peak_rss_mb`; the trainer adds
-  `time/step`, `time/step_cpu` (CPU seconds), `time/rollout`, `time/update`, `data/cursor` and `adv/...`.
+  `time/step`, `time/step_cpu` (CPU seconds), `time/rollout`, `time/update`, `data/cursor`, `adv/...` and the
+  parts of a step that are neither generate nor update: `time/prompts` (chat template + tokeniser),
+  `time/advantages`, `time/sync` (weight push to the engine, inside `time/update`), `time/metrics`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,15 @@ so the learner trains on exactly what was sampled, turn by turn. Per-call reward
 env's final infos, never recomputed here: `info["calls"]` lists the calls in the order they were made
 (the order recorded here), each with its `reward` (team reward, minus the agent's format penalty on a
 malformed call) and `valid` flag; see `drmas_envs.env`.
+
+Every call samples with a seed of its own (`call_seed`: the rollout's seed, the round, the episode and
+the agent), so a call's response does not depend on which engine batch it ran in, nor on how a
+data-parallel pool split that batch across its ranks' engines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ class RolloutBatch:
     group_of: list[int]  # episode -> prompt group
     task_of: list[int]  # episode -> task index
     gen_seconds: float = 0.0
+    prompt_seconds: float = 0.0  # building prompt ids (chat template + tokeniser)
     rounds: int = 0
     stats: dict[str, float] = field(default_factory=dict)
 
@@ -43,17 +49,36 @@ def chat_prompt(
 
     A prompt longer than `max_tokens` keeps its head (the system prompt) and its tail (the latest
     context and the assistant header) and loses the middle. `template_kwargs` are variables for the
-    chat template (e.g. `enable_thinking=False` for Qwen3: `models.chat_template_kwargs`).
+    chat template (e.g. `enable_thinking=False` for Qwen3: `models.chat_template_kwargs`). The
+    observation's `reply_prefix` (the start of the reply written for the model) follows the
+    generation prompt, so the model continues it; it is never cut.
     """
     messages = [{"role": "system", "content": observation["system"]}, {"role": "user", "content": observation["user"]}]
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False, **dict(template_kwargs or {})
     )
     ids = list(ids)
-    if len(ids) > max_tokens:
-        head = max_tokens // 2
-        ids = ids[:head] + ids[len(ids) - (max_tokens - head) :]
-    return ids
+    prefix = observation.get("reply_prefix") or ""
+    tail = list(tokenizer.encode(prefix, add_special_tokens=False)) if prefix else []
+    budget = max_tokens - len(tail)
+    if len(ids) > budget:
+        head = budget // 2
+        ids = ids[:head] + ids[len(ids) - (budget - head) :]
+    return ids + tail
+
+
+def call_seed(seed: int, round_index: int, episode: int, agent: str) -> int:
+    """The sampling seed of one call: a hash of its identity in the rollout, in [0, 2**63).
+
+    Args:
+        seed: the rollout's seed (the trainer's: `cfg.seed * 100_003 + step`).
+        round_index: the lock-step round the call is made in.
+        episode: the episode index e (group e // n).
+        agent: the calling agent.
+
+    """
+    key = f"{seed}/{round_index}/{episode}/{agent}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 def reset_envs(envs: Sequence[AECEnv], tasks: Sequence[int], group_size: int) -> None:
@@ -83,7 +108,7 @@ def rollout(
         group_size: n, the episodes per task.
         serving: agent -> the policy that serves it.
         sampling: agent -> its sampling settings.
-        seed: base seed of this rollout's sampling (each round and engine derives its own).
+        seed: base seed of this rollout's sampling (each call derives its own: `call_seed`).
         max_prompt_tokens: longer prompts lose their middle.
         template_kwargs: agent -> its chat-template variables (`TrainConfig.template_kwargs`).
 
@@ -93,7 +118,7 @@ def rollout(
     """
     reset_envs(envs, tasks, group_size)
     per_episode: list[list[CallRecord]] = [[] for _ in envs]
-    state = {"round": 0, "gen": 0.0}
+    state = {"round": 0, "gen": 0.0, "prompt": 0.0}
 
     def act_round(pending: dict[str, list[int]], observations: dict[str, list[dict]]) -> dict[str, list[str]]:
         # Group this round's calls by engine: agents that share a model (or a LoRA base) share a batch.
@@ -103,18 +128,20 @@ def rollout(
             for k, (e, obs) in enumerate(zip(idx, observations[agent])):
                 jobs.setdefault(engine, []).append((agent, k, e, obs))
         answers = {agent: [""] * len(idx) for agent, idx in pending.items()}
-        for n_engine, calls in enumerate(jobs.values()):
+        for calls in jobs.values():
             first = serving[calls[0][0]]
+            t_prompt = time.perf_counter()
             prompts = [
                 chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens, (template_kwargs or {}).get(a))
                 for a, _, _, obs in calls
             ]
             t0 = time.perf_counter()
+            state["prompt"] += t0 - t_prompt
             gens = first.backend.generate(
                 prompts,
                 [sampling[a] for a, *_ in calls],
                 adapters=[serving[a].adapter for a, *_ in calls],
-                seed=seed * 1_000_003 + state["round"] * 1009 + n_engine,
+                seed=[call_seed(seed, state["round"], e, a) for a, _, e, _ in calls],
             )
             state["gen"] += time.perf_counter() - t0
             for (agent, k, e, obs), gen in zip(calls, gens):
@@ -131,7 +158,12 @@ def rollout(
                     adapter=policy.adapter,
                     text=gen.text,
                     temperature=sampling[agent].temperature,  # the learner scores at it
-                    extra={"system": obs["system"], "user": obs["user"], "finish": gen.finish_reason},
+                    extra={
+                        "system": obs["system"],
+                        "user": obs["user"],
+                        "reply_prefix": obs.get("reply_prefix", ""),
+                        "finish": gen.finish_reason,
+                    },
                 )
                 per_episode[e].append(record)
                 answers[agent][k] = gen.text
@@ -147,6 +179,7 @@ def rollout(
         group_of=[e // group_size for e in range(len(envs))],
         task_of=[int(tasks[e // group_size]) for e in range(len(envs))],
         gen_seconds=state["gen"],
+        prompt_seconds=state["prompt"],
         rounds=state["round"],
     )
 

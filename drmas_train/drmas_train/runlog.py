@@ -111,7 +111,7 @@ def _call_row(r: CallRecord) -> dict[str, Any]:
         "model": r.model,
         "system": r.extra.get("system"),
         "user": r.extra.get("user"),
-        "response": r.text,
+        "response": r.extra.get("reply_prefix", "") + r.text,  # the whole reply, as the env parsed it
         "finish": r.extra.get("finish"),
         "valid": r.valid,
         "error": r.extra.get("error", ""),

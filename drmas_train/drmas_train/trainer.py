@@ -136,6 +136,7 @@ class Trainer:
             temperature=r.temperature if o.temperature is None else o.temperature,
             top_p=r.top_p if o.top_p is None else o.top_p,
             max_new_tokens=r.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
+            stop=tuple(r.stop if o.stop is None else o.stop),
         )
 
     def _build_policies(self) -> None:
@@ -225,17 +226,24 @@ class Trainer:
         )
         t_rollout = time.perf_counter() - t0
         adv_stats = self._advantages(batch)
+        t_adv = time.perf_counter() - t0 - t_rollout
         updates: dict[str, dict[str, float]] = {}
-        t1 = time.perf_counter()
+        t1, t_sync = time.perf_counter(), 0.0
         for name, learner in self.learners.items():  # models one after another
             updates[name] = learner.update([r for r in batch.records if r.model == name])
             if not self.placed:  # a placed worker syncs its own engine after the update
+                t_sync -= time.perf_counter()
                 sync_engine(self.policies[name])
+                t_sync += time.perf_counter()
         t_update = time.perf_counter() - t1
         self.step += 1
+        t2 = time.perf_counter()
         row = step_metrics(self.step, batch, updates, self.agents)
         row.update(adv_stats)
         row.update({"time/rollout": t_rollout, "time/update": t_update, "data/cursor": self.cursor})
+        # The parts of a step that are neither generate nor update (benchmarks/step_efficiency.py).
+        row.update({"time/prompts": batch.prompt_seconds, "time/advantages": t_adv, "time/sync": t_sync})
+        row["time/metrics"] = time.perf_counter() - t2
         row["time/step"] = time.perf_counter() - t0
         # CPU seconds of this process: on a shared machine, wall time alone overstates the cost.
         row["time/step_cpu"] = time.process_time() - cpu0

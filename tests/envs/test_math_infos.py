@@ -45,3 +45,25 @@ def test_verdict_first_prompt_option():
     seen = first.observe("verifier")
     assert "verdict first" in seen["system"] and seen["user"].rstrip().endswith("<verify>reject</verify>.")
     assert "\\boxed{3}" in seen["user"]  # the attempt under review is shown
+
+
+def test_verdict_first_opens_the_tag_for_the_model():
+    """With `verdict_first` the Verifier's reply starts with `<verify>`: its action continues it."""
+    env = drmas_envs.make("math-2agent", verdict_first=True)
+    info = _play(env, ["\\boxed{7}", "approve</verify> 3 + 4 is 7."])
+    assert info["verdicts"] == ["approve"] and info["correct"]
+    assert all(c["valid"] for c in info["calls"])
+    assert env.unwrapped.workflow.history[-1].text == "<verify>approve</verify> 3 + 4 is 7."  # the whole reply
+
+
+def test_reply_prefix_is_in_the_observation():
+    env = drmas_envs.make("math-2agent", verdict_first=True)
+    env.reset(seed=0)
+    assert env.observe("solver")["reply_prefix"] == ""
+    env.step("\\boxed{3}")
+    obs = env.observe("verifier")
+    assert obs["reply_prefix"] == "<verify>" and env.observation_space("verifier").contains(obs)
+    plain = drmas_envs.make("math-2agent")
+    plain.reset(seed=0)
+    plain.step("\\boxed{3}")
+    assert plain.observe("verifier")["reply_prefix"] == ""

@@ -149,6 +149,15 @@ def test_requests_carry_messages_and_per_agent_sampling(scripted):
     assert policy.usage.requests == 3 and policy.usage.completion_tokens == 6
 
 
+def test_a_reply_prefix_is_continued_by_the_server():
+    policy = OpenAIChatPolicy("http://127.0.0.1:1/v1", "m")
+    body = policy.request_body("verifier", {**obs("check", system="v"), "reply_prefix": "<verify>"})
+    assert body["messages"][-1] == {"role": "assistant", "content": "<verify>"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    plain = policy.request_body("solver", {**obs("a"), "reply_prefix": ""})
+    assert [m["role"] for m in plain["messages"]] == ["system", "user"] and "continue_final_message" not in plain
+
+
 def test_batches_run_concurrently_within_the_bound(scripted):
     url, script = scripted
     script.delay = 0.2

@@ -14,6 +14,7 @@ from drmas_train.cli import main, parse_train_args
 from drmas_train.cli_args import train_parser
 from drmas_train.config import ASSIGNMENTS, TrainConfig, build_config, list_presets, load_preset
 from drmas_train.config_help import PLACEHOLDERS, iter_fields
+from drmas_train.forward import FORWARDS
 from drmas_train.models.resolve import resolve_model
 from drmas_train.models.tiny import build_tiny_model
 
@@ -63,6 +64,14 @@ def test_env_flag_alone_means_cpu_preset():
 
 def test_switching_env_drops_the_presets_env_options():
     assert build_config("smoke", {"env.id": "search-3agent"}).env.kwargs == {}
+
+
+def test_switching_env_drops_the_presets_agent_settings():
+    assert build_config("cpu").agents["verifier"].max_new_tokens == 8  # math's verdict-only Verifier
+    assert build_config("cpu", {"env.id": "search-3agent"}).agents == {}  # not search's Verifier
+    kept = build_config("cpu", {"env.id": "search-3agent", "agents.answer.max_new_tokens": 64})
+    assert set(kept.agents) == {"answer"}
+    assert build_config("cpu", {"env.id": "math-2agent"}).agents["solver"].stop == ["}"]  # same env: kept
 
 
 @pytest.mark.parametrize(
@@ -175,6 +184,7 @@ def test_help_config_lists_every_field_with_a_help_line(capsys):
     assert [k for k in keys if k not in entries] == []
     assert [k for k in keys if not entries[k] or entries[k].startswith("(no description)")] == []
     assert entries["algo.estimator"].endswith(f"Choices: {', '.join(ESTIMATORS)}. Flag: --estimator.")
+    assert entries["learner.forward"].endswith(f"Choices: {', '.join(FORWARDS)}.")
     assert "learner.lr: float = 1e-06" in main_output(["--help-config", "learner.lr"], capsys)
 
 

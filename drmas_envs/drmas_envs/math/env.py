@@ -50,9 +50,10 @@ class MathEnvConfig:
     """What a missing or malformed verdict counts as ("approve", as in the paper's code, or "reject");
     the call is malformed and penalised either way."""
     verdict_first: bool = False
-    """The Verifier's prompt asks for the verdict first, then the reason (`prompts.VERIFIER_VERDICT_FIRST`):
-    for small models, which otherwise run out of tokens before the verdict; the paper's order (reason,
-    then verdict) is the default. A `prompts["verifier"]` override wins."""
+    """The Verifier's prompt asks for the verdict first, then the reason, and its reply starts with
+    `<verify>` written for it (`prompts.VERIFIER_VERDICT_FIRST`): for small models, which otherwise run
+    out of tokens before the verdict or never open the tag; the paper's order (reason, then verdict, no
+    prefix) is the default. A `prompts["verifier"]` override wins."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
     max_context_chars: int = 4000
@@ -84,10 +85,12 @@ def _templates(prompts: Mapping[str, Any] | None) -> dict[str, PromptTemplate]:
     for role, tpl in (prompts or {}).items():
         if isinstance(tpl, PromptTemplate):
             out[role] = tpl
-        elif isinstance(tpl, Mapping) and set(tpl) == {"system", "user"}:
-            out[role] = PromptTemplate(str(tpl["system"]), str(tpl["user"]))
+        elif isinstance(tpl, Mapping) and {"system", "user"} <= set(tpl) <= {"system", "user", "reply_prefix"}:
+            out[role] = PromptTemplate(str(tpl["system"]), str(tpl["user"]), str(tpl.get("reply_prefix", "")))
         else:
-            raise TypeError(f"prompts[{role!r}] must be a PromptTemplate or a {{'system', 'user'}} mapping")
+            raise TypeError(
+                f"prompts[{role!r}] must be a PromptTemplate or a {{'system', 'user'[, 'reply_prefix']}} mapping"
+            )
     return out
 
 

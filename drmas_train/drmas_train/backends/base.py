@@ -13,14 +13,40 @@ Conventions every backend keeps:
   renormalised log-prob instead (vLLM does, see its module), which only matters to
   `old_logprobs="sampled"`.
 - `temperature == 0` means greedy decoding.
+- Seeds (`seed=`): None samples unseeded. One int `s` seeds row i with `s + i` (the same batch in
+  the same order reproduces). A sequence gives every row its own seed: row i's tokens then depend on
+  its prompt, settings, adapter and `seed[i]` only, not on the batch or position it ran in, so a
+  batch split across data-parallel ranks samples what one engine would (the rollout passes one seed
+  per call, derived from the call's identity: `rollout.call_seed`). Greedy rows ignore their seed.
 - The end-of-sequence token, when sampled, is kept as the last response id.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+Seeds = int | Sequence[int] | None
+"""A call's seeds: none, one base seed (row i gets base + i), or one seed per row (see the module doc)."""
+
+
+def row_seeds(seed: Seeds, n: int) -> list[int] | None:
+    """One seed per row of an n-row call, or None for an unseeded call.
+
+    Raises:
+        ValueError: a per-row sequence whose length is not n.
+
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, numbers.Integral):
+        return [int(seed) + i for i in range(n)]
+    seeds = [int(s) for s in seed]
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
+    return seeds
 
 
 @dataclass(frozen=True)
@@ -30,6 +56,9 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    """Strings that end the reply as soon as its text contains one; the reply keeps it (the token
+    that completed it is the last response id) and finishes with reason "stop"."""
 
 
 @dataclass
@@ -55,9 +84,9 @@ class Backend(Protocol):
         sampling: Sequence[SamplingParams],
         *,
         adapters: Sequence[str | None] | None = None,
-        seed: int | None = None,
+        seed: Seeds = None,
     ) -> list[Generation]:
-        """Sample one response per prompt; `sampling[i]` and `adapters[i]` apply to prompt i."""
+        """Sample one response per prompt; `sampling[i]`, `adapters[i]` and the row's seed apply to prompt i."""
         ...
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:

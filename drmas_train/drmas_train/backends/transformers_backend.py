@@ -16,6 +16,13 @@ batch holds each distinct (prompt, adapter) several times. Each distinct one is 
 KV cache is copied to its rows before decoding (`DynamicCache.batch_select_indices`); decoding is
 unchanged, so the outputs are the same in distribution (greedy outputs identical, tested). The
 prefill also computes the last position's logits only (`logits_to_keep=1`).
+
+Per-row sampling: every row draws its uniforms from a generator of its own, seeded with the row's
+seed (`base.row_seeds`), and picks its token by inverting the CDF of its (tempered, top-p filtered)
+distribution with one uniform per step. A row's tokens therefore depend on its own prompt, settings
+and seed only, not on the other rows of its batch, its position, or how the batch was split (across
+`max_batch_size` chunks or data-parallel ranks), up to float differences of the batched forward
+(none observed with the tiny fp32 models of the tests). Greedy rows take the argmax, as before.
 """
 
 from __future__ import annotations
@@ -25,9 +32,15 @@ from typing import Any
 
 import torch
 
-from drmas_train.backends.base import Generation, SamplingParams
+from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
+
+
+def _cut_after_stop(text: str, stop: Sequence[str]) -> str:
+    """The text up to and including its first stop string (as vLLM reports it), or all of it."""
+    ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
 
 
 def eos_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
@@ -49,21 +62,52 @@ def _filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row, the token whose CDF interval holds `uniforms[row]` (in [0, 1)): a draw from `probs[row]`.
+
+    Zero-probability tokens (masked by top-p) have empty intervals, so they are never picked.
+    """
+    cdf = probs.double().cumsum(-1)
+    target = uniforms.to(cdf.device, torch.float64)[:, None] * cdf[:, -1:]
+    picked = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    # A target that rounds up to the total mass would land past the end: take the last live token.
+    last_live = probs.shape[-1] - 1 - (probs > 0).flip(-1).float().argmax(-1)
+    return torch.minimum(picked, last_live)
+
+
 def sample_next(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; return (token ids, their log-probs under softmax(logits / T), no top-p).
 
     T is the row's temperature, 1 for greedy rows (temperature <= 0), as `CallRecord.score_temperature`.
+    `uniforms[row]` in [0, 1) is the row's random draw for this step (ignored by greedy rows), so a
+    row's token depends on its own logits and draw only.
     """
     logits = logits.float()
     greedy = logits.argmax(-1)
     scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
     logprobs = torch.log_softmax(scaled, dim=-1)
     probs = _filter_top_p(scaled, top_p).softmax(-1)
-    sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    sampled = _inverse_cdf(probs, uniforms)
     tokens = torch.where(temperature <= 0, greedy, sampled)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def row_uniforms(seeds: Sequence[int] | None, steps: Sequence[int]) -> torch.Tensor:
+    """The draws of every row for up to `max(steps)` decoding steps: [rows, max(steps)] on the CPU.
+
+    Row i's first `steps[i]` draws come from its own generator seeded with `seeds[i]`, so they do not
+    depend on the other rows; an unseeded call (`seeds` None) draws from torch's global generator.
+    """
+    width = max(steps, default=0)
+    if seeds is None:
+        return torch.rand((len(steps), width), dtype=torch.float64)
+    out = torch.zeros((len(steps), width), dtype=torch.float64)
+    for i, (seed, n) in enumerate(zip(seeds, steps)):
+        if n > 0:
+            out[i, :n] = torch.rand(n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return out
 
 
 class TransformersBackend:
@@ -97,17 +141,22 @@ class TransformersBackend:
         sampling: Sequence[SamplingParams],
         *,
         adapters: Sequence[str | None] | None = None,
-        seed: int | None = None,
+        seed: Seeds = None,
     ) -> list[Generation]:
-        """Sample one response per prompt, `max_batch_size` prompts at a time."""
+        """Sample one response per prompt, `max_batch_size` prompts at a time.
+
+        `seed`: None, a base seed (row i gets seed + i) or one seed per row (`base.row_seeds`); a
+        row's tokens depend on its own seed, not on the chunk or batch it ran in.
+        """
         if len(sampling) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling settings")
         adapters = list(adapters) if adapters is not None else [None] * len(prompts)
-        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        seeds = row_seeds(seed, len(prompts))
+        uniforms = row_uniforms(seeds, [s.max_new_tokens for s in sampling])
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
-            stop = start + self.max_batch_size
-            out += self._generate_batch(prompts[start:stop], sampling[start:stop], adapters[start:stop], generator)
+            part = slice(start, start + self.max_batch_size)
+            out += self._generate_batch(prompts[part], sampling[part], adapters[part], uniforms[part])
         return out
 
     def _forward_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
@@ -152,7 +201,7 @@ class TransformersBackend:
         prompts: Sequence[Sequence[int]],
         sampling: Sequence[SamplingParams],
         adapters: Sequence[str | None],
-        generator: torch.Generator | None,
+        uniforms: torch.Tensor,
     ) -> list[Generation]:
         dev, n = self.device, len(prompts)
         if any(len(p) == 0 for p in prompts):
@@ -170,15 +219,16 @@ class TransformersBackend:
         try:
             if not all(done):
                 logits, past, mask, positions = self._prefill(prompts, adapters)
-            for _ in range(max(limits, default=0)):
-                tokens, token_logps = sample_next(logits, temperature, top_p, generator)
+            uniforms = uniforms.to(dev)
+            for step in range(max(limits, default=0)):
+                tokens, token_logps = sample_next(logits, temperature, top_p, uniforms[:, step])
                 tok_list, lp_list = tokens.tolist(), token_logps.tolist()
                 for i in range(n):
                     if done[i]:
                         continue
                     responses[i].append(tok_list[i])
                     logps[i].append(lp_list[i])
-                    if tok_list[i] in self.eos:
+                    if tok_list[i] in self.eos or self._hit_stop(responses[i], sampling[i].stop):
                         done[i], finish[i] = True, "stop"
                     elif len(responses[i]) >= limits[i]:
                         done[i] = True
@@ -203,11 +253,18 @@ class TransformersBackend:
                 prompt_ids=list(p),
                 response_ids=r,
                 logprobs=lp,
-                text=self.tokenizer.decode(r, skip_special_tokens=True),
+                text=_cut_after_stop(self.tokenizer.decode(r, skip_special_tokens=True), s.stop),
                 finish_reason=f,
             )
-            for p, r, lp, f in zip(prompts, responses, logps, finish)
+            for p, r, lp, f, s in zip(prompts, responses, logps, finish, sampling)
         ]
+
+    def _hit_stop(self, response: list[int], stop: Sequence[str]) -> bool:
+        """Whether the reply's text now contains a stop string (checked on its tail: earlier tokens were)."""
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(response[-(max(map(len, stop)) + 1) :], skip_special_tokens=True)
+        return any(s in tail for s in stop)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_train.backends.base import Generation, SamplingParams
+from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,8 @@ class VLLMBackend:
             logprobs=0,  # the sampled token's log-prob only
             seed=None if greedy else seed,
             skip_special_tokens=True,
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True,  # the env parses the reply with its closing tag
         )
 
     def _lora_requests(self, adapters: Sequence[str | None] | None, n: int) -> list[Any] | None:
@@ -230,7 +232,7 @@ class VLLMBackend:
         sampling: Sequence[SamplingParams],
         *,
         adapters: Sequence[str | None] | None = None,
-        seed: int | None = None,
+        seed: Seeds = None,
     ) -> list[Generation]:
         """Sample one response per prompt; `sampling[i]` and `adapters[i]` apply to prompt i.
 
@@ -238,7 +240,9 @@ class VLLMBackend:
             prompts: token ids, chat template already applied.
             sampling: one `SamplingParams` per prompt (temperature 0 is greedy).
             adapters: one LoRA adapter name (or None for the base model) per prompt.
-            seed: makes the call reproducible: prompt i samples with seed `seed + i`.
+            seed: None (the engine's own generator), a base seed (prompt i samples with `seed + i`), or
+                one seed per prompt (`base.row_seeds`): vLLM gives each seeded request a generator of
+                its own, so a prompt's sample depends on its seed, not on the batch it ran in.
 
         Returns:
             One `Generation` per prompt, in order, with log-probs of softmax(logits / T) (see the module doc).
@@ -262,7 +266,8 @@ class VLLMBackend:
         from vllm import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
-        params = [self._vllm_params(s, None if seed is None else seed + i) for i, s in enumerate(sampling)]
+        seeds = row_seeds(seed, len(prompts)) or [None] * len(prompts)
+        params = [self._vllm_params(s, row) for s, row in zip(sampling, seeds)]
         outputs = self.llm.generate(
             inputs, params, lora_request=self._lora_requests(adapters, len(prompts)), use_tqdm=False
         )
