@@ -1,10 +1,10 @@
 """A fresh virtual environment with only drmas-envs installed: no torch, and math-2agent + evaluate work.
 
 Creates a plain venv, installs drmas_envs from this checkout (dependencies from PyPI), and runs a
-script there. The installer is uv where the test environment has it (`make setup` installs it: it
-resolves and downloads in parallel, about a minute less on 2 cores), else pip: either way the newest
-versions drmas-envs admits. Skipped when no package index can be reached; any other install failure
-fails the test.
+script there. The installer is uv where the test environment has it (`make setup` installs it; this
+test took 10.5 s with uv and a warm cache, 212 s with pip in a loaded suite run), else pip: either
+way the newest versions drmas-envs admits. Skipped when no package index can be reached; any other
+install failure fails the test.
 """
 
 import json
