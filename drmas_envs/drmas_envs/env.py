@@ -3,12 +3,13 @@
 One agent acts at a time (the workflow's turn order). Rewards are given once, at the end, and the
 env is their one source: the trainer and `evaluate` read them from the final infos, never re-derive.
 
-- Each call: `infos[agent]["calls"][i]` = {`agent`, `valid`, `error`, `penalty`, `reward`, `correct`}:
-  `penalty` is `format_penalty[agent]` when the call was malformed, else 0; `reward` is the team
-  reward minus that penalty (the per-call reward Dr. MAS trains on); `correct` is the team's outcome,
-  the same for every call of the episode.
+- Each call: `infos[agent]["calls"][i]` = {`agent`, `valid`, `error`, `penalty`, `bonus`, `reward`,
+  `correct`}: `penalty` is `format_penalty[agent]` when the call was malformed, else 0; `bonus` is the
+  workflow's extra reward for that call (`Score.call_bonus`, usually 0); `reward` is the team reward
+  minus the penalty plus the bonus (the per-call reward Dr. MAS trains on); `correct` is the team's
+  outcome, the same for every call of the episode.
 - Each agent (what `agent_iter()`/`last()` sees): the team reward minus the sum of its calls'
-  penalties, i.e. `format_penalty[agent]` times its malformed calls.
+  penalties plus the sum of their bonuses.
 - The outcome (`infos[agent]["correct"]`): `Score.correct` when the workflow sets it, else team
   reward >= 1. The built-in envs use the default: math scores 1 iff the graded answer is right,
   search scores exact match (1 or 0), so "correct" means a right answer, penalties aside.
@@ -174,7 +175,13 @@ class WorkflowEnv(AECEnv):
                 f"outcome is {correct} (reward {team}); set Score(correct=...) to say what a right answer is"
             )
         history = self.workflow.history
-        calls = [self._call_entry(c, team, correct) for c in history]
+        bonus = tuple(float(b) for b in score.call_bonus) or (0.0,) * len(history)
+        if len(bonus) != len(history):
+            raise ValueError(
+                f"{type(self.workflow).__name__}.score(): call_bonus has {len(bonus)} entries for "
+                f"{len(history)} calls; give one per call or none"
+            )
+        calls = [self._call_entry(c, team, correct, b) for c, b in zip(history, bonus, strict=True)]
         n_calls = {a: sum(c.role == a for c in history) for a in self.agents}
         n_bad = {a: sum(c.role == a and not c.parsed.valid for c in history) for a in self.agents}
         summary = {
@@ -189,21 +196,22 @@ class WorkflowEnv(AECEnv):
         }
         for a in self.agents:
             penalty = sum(c["penalty"] for c in calls if c["agent"] == a)
-            self.rewards[a] = team - penalty
+            self.rewards[a] = team - penalty + sum(c["bonus"] for c in calls if c["agent"] == a)
             self.infos[a] = {**summary, "format_penalty": penalty}
             self.terminations[a] = not truncated
             self.truncations[a] = truncated
         self.agent_selection = self.agents[0]
 
-    def _call_entry(self, call: Call, team: float, correct: bool) -> dict[str, Any]:
-        """One call's entry in `infos["calls"]`: its validity, penalty, reward and the team's outcome."""
+    def _call_entry(self, call: Call, team: float, correct: bool, bonus: float) -> dict[str, Any]:
+        """One call's entry in `infos["calls"]`: its validity, penalty, bonus, reward and the team's outcome."""
         penalty = 0.0 if call.parsed.valid else self.format_penalty[call.role]
         return {
             "agent": call.role,
             "valid": call.parsed.valid,
             "error": call.parsed.error,
             "penalty": penalty,
-            "reward": team - penalty,
+            "bonus": bonus,
+            "reward": team - penalty + bonus,
             "correct": correct,
         }
 

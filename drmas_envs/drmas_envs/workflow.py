@@ -76,12 +76,16 @@ class Score:
         info: facts for the final infos (answer, reference, ...).
         correct: whether the team got the task right; None means `reward >= 1`, the rule of the
             built-in envs (1 for a right answer). Set it when the reward is graded (F1, partial credit).
+        call_bonus: an extra reward per call, in `history` order (empty: none), added to that call's
+            reward and its agent's; for an agent-specific term beside the shared reward (the math team's
+            `verdict_reward`). It never changes the outcome.
 
     """
 
     reward: float
     info: dict[str, Any] = field(default_factory=dict)
     correct: bool | None = None
+    call_bonus: tuple[float, ...] = ()
 
     @property
     def outcome(self) -> bool:

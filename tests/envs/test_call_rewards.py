@@ -115,7 +115,12 @@ class Graded(Workflow):
         return {"q": self.task["q"]}
 
     def score(self):
-        return Score(self.task["credit"], dict(self.task.get("info", {})), correct=self.task.get("right"))
+        return Score(
+            self.task["credit"],
+            dict(self.task.get("info", {})),
+            correct=self.task.get("right"),
+            call_bonus=tuple(self.task.get("bonus", ())),
+        )
 
 
 @pytest.mark.parametrize(
@@ -137,11 +142,27 @@ def test_outcome_is_score_correct_else_reward_at_least_one(task, correct):
             "valid": False,
             "error": "",
             "penalty": 0.25,
+            "bonus": 0.0,
             "reward": task["credit"] - 0.25,
             "correct": correct,
         }
     ]
     assert rewards["solver"] == task["credit"] - 0.25
+
+
+def test_a_call_bonus_adds_to_its_call_and_agent_but_not_the_outcome():
+    env = WorkflowEnv(Graded, [{"q": "a", "credit": 0.0, "bonus": [0.75]}], format_penalty=0.25)
+    rewards, infos = aec_play(env, {"solver": ["garbled"]}, options={"task_index": 0})
+    assert per_call(infos["solver"], "bonus") == [("solver", 0.75)]
+    assert per_call(infos["solver"], "reward") == [("solver", 0.5)]
+    assert rewards["solver"] == 0.5 and infos["solver"]["correct"] is False and infos["solver"]["team_reward"] == 0.0
+
+
+def test_a_call_bonus_of_the_wrong_length_is_an_error():
+    env = WorkflowEnv(Graded, [{"q": "a", "credit": 1.0, "bonus": [0.5, 0.5]}])
+    env.reset()
+    with pytest.raises(ValueError, match="call_bonus has 2 entries for 1 calls"):
+        env.step("ok")
 
 
 def test_a_score_contradicting_its_own_info_is_an_error():

@@ -74,6 +74,36 @@ def test_missing_verdict_reject_asks_for_another_attempt():
     assert res.info["verdicts"] == ["reject"]
 
 
+@pytest.mark.parametrize(
+    "solver, verifier, bonus",
+    [
+        ([RIGHT], [APPROVE], 0.5),  # approves a right attempt
+        ([WRONG, RIGHT], [REJECT], 0.5),  # rejects a wrong attempt; the retry does not matter
+        ([WRONG, WRONG], [REJECT], 0.5),
+        ([WRONG], [APPROVE], 0.0),  # approves a wrong attempt
+        ([RIGHT, RIGHT], [REJECT], 0.0),  # rejects a right attempt although the retry is right too
+        ([RIGHT], ["seems fine"], 0.0),  # malformed: counts as approve, earns nothing
+    ],
+)
+def test_verdict_reward_pays_the_verifier_for_a_right_verdict_only(solver, verifier, bonus):
+    res, _ = play("math-2agent", {"solver": solver, "verifier": verifier}, verdict_reward=0.5)
+    team = float(res.info["correct"])
+    penalty = 0.1 * res.info["malformed_per_agent"]["verifier"]
+    assert res.rewards["solver"] == pytest.approx(team)
+    assert res.rewards["verifier"] == pytest.approx(team - penalty + bonus)
+    calls = res.info["calls"]
+    assert [c["bonus"] for c in calls] == [0.0, bonus] + [0.0] * (len(calls) - 2)
+    assert calls[1]["reward"] == pytest.approx(team - penalty + bonus)
+    assert res.info["team_reward"] == team  # the team's reward and outcome stay the paper's
+
+
+def test_verdict_reward_is_off_by_default_and_not_negative():
+    res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": [APPROVE]})
+    assert [c["bonus"] for c in res.info["calls"]] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="verdict_reward"):
+        drmas_envs.make("math-2agent", verdict_reward=-1.0)
+
+
 def test_conflicting_verdict_tags_are_malformed():
     res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": ["<verify>approve</verify> <verify>reject</verify>"]})
     assert res.info["malformed_per_agent"]["verifier"] == 1

@@ -54,6 +54,12 @@ class MathEnvConfig:
     `<verify>` written for it (`prompts.VERIFIER_VERDICT_FIRST`): for small models, which otherwise run
     out of tokens before the verdict or never open the tag; the paper's order (reason, then verdict, no
     prefix) is the default. A `prompts["verifier"]` override wins."""
+    verdict_reward: float = 0.0
+    """Added to a Verifier call's reward when its verdict is right (approve an attempt that grades right,
+    reject one that grades wrong). 0, as in the paper and the reference code: the Verifier trains on the
+    team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
+    the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way (README).
+    The `cpu` preset sets 1.0."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
     max_context_chars: int = 4000
@@ -76,6 +82,8 @@ class MathEnvConfig:
             raise ValueError(f"max_loops must be at least 1, got {self.max_loops}")
         if self.missing_verdict not in VERDICTS:
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {self.missing_verdict!r}")
+        if self.verdict_reward < 0:
+            raise ValueError(f"verdict_reward must be >= 0, got {self.verdict_reward}")
         if self.max_context_chars < 0:
             raise ValueError("max_context_chars must be >= 0 (0: no clipping)")
 
@@ -124,6 +132,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         max_loops=cfg.max_loops,
         missing_verdict=cfg.missing_verdict,
         max_context_chars=cfg.max_context_chars,
+        verdict_reward=cfg.verdict_reward,
     )
     unknown = set(prompts) - set(factory.roles)
     if unknown:

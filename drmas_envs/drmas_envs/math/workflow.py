@@ -19,6 +19,12 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
   disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
   the paper's code; "reject" asks for another attempt).
 
+With `verdict_reward = w > 0` (0 by default, as in the paper) a Verifier call also earns `w` when
+its verdict is right: approve an attempt that grades right, reject one that grades wrong (a
+malformed verdict earns nothing). The team reward alone barely tells the Verifier which verdicts
+are right (rejecting a right attempt costs nothing when the retry is right too), and a small
+Verifier collapses to one verdict for every attempt.
+
 The score's facts (`infos`) also grade every attempt (`attempts_correct`, so a verdict can be judged
 against the attempt it reviewed) and the last number of the last attempt, boxed or not
 (`loose_correct`: does the model know the answer, format aside); neither changes the reward.
@@ -53,12 +59,14 @@ class MathSolo(Workflow):
         max_loops: int = 1,
         missing_verdict: str = "approve",
         max_context_chars: int = 4000,
+        verdict_reward: float = 0.0,
     ):
         super().__init__(task, prompts=prompts)
         self.grade = grade
         self.max_loops = max_loops
         self.missing_verdict = missing_verdict
         self.max_context_chars = max_context_chars
+        self.verdict_reward = verdict_reward
 
     def first_role(self) -> str:
         return "solver"
@@ -114,7 +122,20 @@ class MathSolo(Workflow):
             "attempts_correct": attempts,
             "loose_correct": loose_correct,
         }
-        return Score(float(correct), info)
+        return Score(float(correct), info, call_bonus=self._verdict_bonus(attempts))
+
+    def _verdict_bonus(self, attempts: list[bool]) -> tuple[float, ...]:
+        """`verdict_reward` for each well-formed Verifier call whose verdict matches the attempt it reviewed."""
+        if not self.verdict_reward:
+            return ()
+        bonus, reviewed = [], -1
+        for call in self.history:
+            reviewed += call.role == "solver"
+            right = (
+                call.role == "verifier" and call.parsed.valid and (call.parsed.value == "approve") == attempts[reviewed]
+            )
+            bonus.append(self.verdict_reward if right else 0.0)
+        return tuple(bonus)
 
 
 class MathTeam(MathSolo):
@@ -137,6 +158,7 @@ class MathWorkflowFactory:
     max_loops: int = 2
     missing_verdict: str = "approve"
     max_context_chars: int = 4000
+    verdict_reward: float = 0.0
 
     @property
     def workflow_class(self) -> type[MathSolo]:
@@ -159,4 +181,5 @@ class MathWorkflowFactory:
             max_loops=self.max_loops if self.n_agents == 2 else 1,
             missing_verdict=self.missing_verdict,
             max_context_chars=self.max_context_chars,
+            verdict_reward=self.verdict_reward,
         )
