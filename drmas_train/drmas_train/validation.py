@@ -163,7 +163,8 @@ def _verdict_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
         if verdicts is None or attempts is None:
             continue
         for verdict, attempt_right in zip(verdicts, attempts):  # review i follows attempt i
-            approve[bool(attempt_right)].append(verdict == "approve")
+            if verdict is not None:  # None: the attempt was not reviewed
+                approve[bool(attempt_right)].append(verdict == "approve")
     out = {}
     if approve[True]:
         out["val/approve_right"] = float(np.mean(approve[True]))

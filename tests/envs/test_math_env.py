@@ -104,6 +104,22 @@ def test_verdict_reward_is_off_by_default_and_not_negative():
         drmas_envs.make("math-2agent", verdict_reward=-1.0)
 
 
+def test_review_malformed_off_skips_the_verifier_for_an_attempt_without_an_answer():
+    res, order = play("math-2agent", {"solver": ["no box", RIGHT], "verifier": []}, review_malformed=False)
+    assert order == ["solver", "solver"]
+    assert res.info["verdicts"] == [None] and res.info["attempts_correct"] == [False, True]
+    assert res.rewards == {"solver": pytest.approx(0.9), "verifier": 1.0}
+    # A well-formed attempt is still reviewed, and the verdicts stay aligned with the attempts.
+    script = {"solver": ["no box", WRONG, RIGHT], "verifier": [REJECT]}
+    res, order = play("math-2agent", script, review_malformed=False, max_loops=3, verdict_reward=1.0)
+    assert order == ["solver", "solver", "verifier", "solver"]
+    assert res.info["verdicts"] == [None, "reject"] and res.info["attempts_correct"] == [False, False, True]
+    assert res.rewards["verifier"] == pytest.approx(2.0)  # team 1 + a right verdict on attempt 2
+    # On (the default), the paper's loop: every attempt but the last is reviewed.
+    res, order = play("math-2agent", {"solver": ["no box", RIGHT], "verifier": [REJECT]})
+    assert order == ["solver", "verifier", "solver"] and res.info["verdicts"] == ["reject"]
+
+
 def test_conflicting_verdict_tags_are_malformed():
     res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": ["<verify>approve</verify> <verify>reject</verify>"]})
     assert res.info["malformed_per_agent"]["verifier"] == 1

@@ -85,6 +85,8 @@ def test_verdict_metrics_judge_each_review_against_the_attempt_it_reviewed():
         EpisodeResult(infos={"a": {"verdicts": ["approve"], "attempts_correct": [False]}}),
         EpisodeResult(infos={"a": {"verdicts": ["reject"], "attempts_correct": [True, True]}}),
         EpisodeResult(infos={"a": {"correct": True}}),  # no verdicts: not counted
+        # an attempt skipped without review (review_malformed off): not counted
+        EpisodeResult(infos={"a": {"verdicts": [None], "attempts_correct": [False, True]}}),
     ]
     row = _verdict_metrics(results)
     assert row == {"val/approve_right": 0.5, "val/approve_wrong": 0.5}

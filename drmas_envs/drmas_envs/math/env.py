@@ -60,6 +60,10 @@ class MathEnvConfig:
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
     the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way (README).
     The `cpu` preset sets 1.0."""
+    review_malformed: bool = True
+    """Show a malformed Solver attempt (no answer box) to the Verifier, as the paper does; False skips its
+    review and asks for the next attempt at once, so the Verifier only judges answers (its `verdicts`
+    entry is then None)."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
     max_context_chars: int = 4000
@@ -133,6 +137,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         missing_verdict=cfg.missing_verdict,
         max_context_chars=cfg.max_context_chars,
         verdict_reward=cfg.verdict_reward,
+        review_malformed=cfg.review_malformed,
     )
     unknown = set(prompts) - set(factory.roles)
     if unknown:

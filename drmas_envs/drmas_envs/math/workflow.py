@@ -19,6 +19,11 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
   disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
   the paper's code; "reject" asks for another attempt).
 
+With `review_malformed = False` (True by default, as in the paper) a malformed attempt is not
+shown to the Verifier: the next attempt follows at once (the last attempt still ends the episode).
+The Verifier then only judges answers, and never learns that "reject" is right merely because most
+of an untrained Solver's attempts have no answer at all.
+
 With `verdict_reward = w > 0` (0 by default, as in the paper) a Verifier call also earns `w` when
 its verdict is right: approve an attempt that grades right, reject one that grades wrong (a
 malformed verdict earns nothing). The team reward alone barely tells the Verifier which verdicts
@@ -60,8 +65,10 @@ class MathSolo(Workflow):
         missing_verdict: str = "approve",
         max_context_chars: int = 4000,
         verdict_reward: float = 0.0,
+        review_malformed: bool = True,
     ):
         super().__init__(task, prompts=prompts)
+        self.review_malformed = review_malformed
         self.grade = grade
         self.max_loops = max_loops
         self.missing_verdict = missing_verdict
@@ -104,7 +111,7 @@ class MathSolo(Workflow):
         solver_calls = self.calls_of("solver")
         answer = solver_calls[-1].parsed.value if solver_calls else None
         reference = str(self.task["answer"])
-        verdicts = [c.parsed.value for c in self.calls_of("verifier")]
+        verdicts = self._verdicts_per_attempt()
         # Every attempt graded once (the last one is the team's answer), so a Verifier's verdict can be
         # judged against the attempt it reviewed (review i follows attempt i).
         attempts = [bool(self.grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
@@ -123,6 +130,20 @@ class MathSolo(Workflow):
             "loose_correct": loose_correct,
         }
         return Score(float(correct), info, call_bonus=self._verdict_bonus(attempts))
+
+    def _verdicts_per_attempt(self) -> list[str | None]:
+        """The verdict on each attempt but an unreviewed last one, in order (review i follows attempt i);
+        None for an attempt skipped without review (malformed, with `review_malformed` off).
+        """
+        out: list[str | None] = []
+        for call in self.history:
+            if call.role == "solver":
+                out.append(None)
+            else:
+                out[-1] = call.parsed.value
+        if self.history and self.history[-1].role == "solver":
+            out.pop()  # the final attempt: no review could change anything
+        return out
 
     def _verdict_bonus(self, attempts: list[bool]) -> tuple[float, ...]:
         """`verdict_reward` for each well-formed Verifier call whose verdict matches the attempt it reviewed."""
@@ -145,7 +166,9 @@ class MathTeam(MathSolo):
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         if role == "solver":
-            return "verifier" if len(self.calls_of("solver")) < self.max_loops else None
+            if len(self.calls_of("solver")) >= self.max_loops:
+                return None
+            return "verifier" if parsed.valid or self.review_malformed else "solver"
         return None if parsed.value == "approve" else "solver"
 
 
@@ -159,6 +182,7 @@ class MathWorkflowFactory:
     missing_verdict: str = "approve"
     max_context_chars: int = 4000
     verdict_reward: float = 0.0
+    review_malformed: bool = True
 
     @property
     def workflow_class(self) -> type[MathSolo]:
@@ -182,4 +206,5 @@ class MathWorkflowFactory:
             missing_verdict=self.missing_verdict,
             max_context_chars=self.max_context_chars,
             verdict_reward=self.verdict_reward,
+            review_malformed=self.review_malformed,
         )
