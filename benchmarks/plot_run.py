@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = [
     ("team reward and accuracy", ["reward/team", "accuracy"]),
-    ("per-agent reward (team reward - format penalties)", ["reward/solver", "reward/verifier"]),
+    ("per-agent reward (team reward - penalties + bonuses)", ["reward/solver", "reward/verifier"]),
     ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
     ("pre-clip gradient norm", ["grad_norm/shared"]),
 ]

@@ -25,9 +25,10 @@ Each step, in order:
 8. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
    atomic checkpoint with weights, optimizer and RNG states and the data position.
 
-With `placement.mode` shared or per_agent the policies and learners live in Ray workers
-(`drmas_train.placement`): the loop is the same, against proxies; each worker syncs its own engine
-after its update; checkpoints fetch weights and optimizer states from the workers.
+The loop reaches its models through one interface, `drmas_train.workers`: in this process
+(`LocalWorkers`), or, with `placement.mode` shared or per_agent, in Ray workers (`PlacedWorkers`,
+`drmas_train.placement`), where each worker syncs its own engine after its update and checkpoints
+fetch weights and optimizer states from the workers. The step is the same code for both.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config
 from drmas_train.metrics import step_metrics
-from drmas_train.models.assignment import agent_to_policy, build_policies
+from drmas_train.models.assignment import agent_to_policy
 from drmas_train.policy_ops import load_policy_weights, make_learner, seed_everything, sync_engine
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
 from drmas_train.validation import make_eval_envs, validate
+from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +95,7 @@ class Trainer:
         self.n_tasks = len(probe.unwrapped.tasks)
         self.placed = cfg.placement.mode != "none"
         self.initial_validation: dict[str, float] | None = None
-        self.ray_handles: list[Any] = []  # a placed run's Ray workers and placement groups
-        self._own_ray = False  # whether this trainer started Ray (and so shuts it down)
+        self.workers: Workers | None = None
         self.runlog: RunLog | None = None
         cfg.models.backend = resolve_backend(cfg.models.backend)  # config.yaml records the engine used
         try:
@@ -108,9 +109,6 @@ class Trainer:
             self.cursor = 0  # tasks consumed so far: the data position
             if resume:
                 self._resume()
-            if not self.placed:  # placed workers synced their engines when they built or loaded weights
-                for policy in self.policies.values():
-                    sync_engine(policy)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.run_dir / "config.yaml")
             self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
@@ -140,35 +138,18 @@ class Trainer:
         )
 
     def _build_policies(self) -> None:
-        """Policies and learners: here (placement none), or in Ray workers on their pools."""
+        """Policies and learners: here (placement none), or in Ray workers on their pools (`workers`)."""
         cfg = self.cfg
         lora_ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
-        if not self.placed:
-            self.policies = build_policies(cfg.models, self.agents, seed=cfg.seed, lora_ranks=lora_ranks)
-            self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
-            return
-        from drmas_train import placement
-
-        sizes = placement.pool_sizes(cfg.placement, cfg.models.assignment, self.agents)
-        self._own_ray = placement.start_ray(cfg.placement, sizes)
-        self.policies, self.learners, self.ray_handles = placement.build_placed(
-            cfg, self.agents, cfg.placement, lora_ranks, handles=self.ray_handles
-        )
+        self.workers = (PlacedWorkers if self.placed else LocalWorkers)(cfg, self.agents, lora_ranks)
+        self.policies, self.learners = self.workers.policies, self.workers.learners
 
     def close(self) -> None:
         """Close the logs and free the Ray workers and pools of a placed run (idempotent)."""
         if self.runlog is not None:
             self.runlog.close()
-        if self.ray_handles:
-            from drmas_train import placement
-
-            handles, self.ray_handles = self.ray_handles, []
-            placement.shutdown(handles)
-        if self._own_ray:
-            import ray
-
-            self._own_ray = False
-            ray.shutdown()
+        if self.workers is not None:
+            self.workers.close()
 
     def _next_tasks(self) -> list[int]:
         """The next B task indices (a new seeded permutation per pass over the data)."""
@@ -198,12 +179,8 @@ class Trainer:
             log.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
             return
         ckpt = load_checkpoint(folder)
-        for name, policy in self.policies.items():
-            if self.placed:  # the worker loads them and syncs its engine
-                policy.load_weights(ckpt["weights"][name])
-            else:
-                load_policy_weights(policy, ckpt["weights"][name])
-            self.learners[name].load_state_dict(ckpt["learners"][name])
+        for name in self.policies:
+            self.workers.load(name, ckpt["weights"][name], ckpt["learners"][name])
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["state"]["step"])
         self.cursor = int(ckpt["state"]["cursor"])
@@ -229,12 +206,9 @@ class Trainer:
         t_adv = time.perf_counter() - t0 - t_rollout
         updates: dict[str, dict[str, float]] = {}
         t1, t_sync = time.perf_counter(), 0.0
-        for name, learner in self.learners.items():  # models one after another
-            updates[name] = learner.update([r for r in batch.records if r.model == name])
-            if not self.placed:  # a placed worker syncs its own engine after the update
-                t_sync -= time.perf_counter()
-                sync_engine(self.policies[name])
-                t_sync += time.perf_counter()
+        for name in self.learners:  # models one after another; each engine synced after its update
+            updates[name] = self.workers.update(name, [r for r in batch.records if r.model == name])
+            t_sync += self.workers.sync_seconds
         t_update = time.perf_counter() - t1
         self.step += 1
         t2 = time.perf_counter()

@@ -103,10 +103,10 @@ def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(si
     trainer = Trainer(_cfg(run, steps=2, **pools), resume=True)
     assert trainer.step == 1
     assert all(not hasattr(p, "module") for p in trainer.policies.values())  # no model was loaded here
-    pg_ids = {h.id.hex() for h in trainer.ray_handles if isinstance(h, PlacementGroup)}
+    pg_ids = {h.id.hex() for h in trainer.workers.handles if isinstance(h, PlacementGroup)}
     assert len(pg_ids) == 2
     trainer.train()
-    assert not trainer.ray_handles and _removed(pg_ids)  # train() freed the workers and pools
+    assert not trainer.workers.handles and _removed(pg_ids)  # train() freed the workers and pools
 
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 0 and "val/avg@2" in rows[0]  # the validation before training, made once

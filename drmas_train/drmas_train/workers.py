@@ -1,0 +1,97 @@
+"""One interface for the trainer's models wherever they run: in this process, or in Ray workers.
+
+The trainer's loop touches its models only through `Workers`: `update` one policy on its records,
+`load` a checkpoint, `close`. After `update` and `load` the policy's generation engine holds the
+new weights, so the next rollout is on-policy, in both implementations:
+
+- `LocalWorkers` (`placement.mode: none`): policies and learners in this process; it pushes the
+  weights into the engine itself (`policy_ops.sync_engine`) and reports how long that took.
+- `PlacedWorkers` (`placement.mode: shared | per_agent`): the proxies of `drmas_train.placement`;
+  each worker pushes into its own engine inside its update (no weights cross the driver).
+
+Both hold `policies` (what rollout and checkpoints read) and `learners` (what checkpoints read).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from drmas_train.models.assignment import build_policies
+from drmas_train.policy_ops import load_policy_weights, make_learner, sync_engine
+from drmas_train.records import CallRecord
+
+
+class LocalWorkers:
+    """Policies and learners in this process; engines are synced here, after building, updates and loads."""
+
+    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int]):
+        self.policies = build_policies(cfg.models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
+        self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+        self.sync_seconds = 0.0
+        """Seconds the last `update` spent pushing weights into the engine (part of its wall time)."""
+        for policy in self.policies.values():
+            sync_engine(policy)
+
+    def update(self, name: str, records: Sequence[CallRecord]) -> dict[str, float]:
+        """Train policy `name` on its records, then push the new weights into its engine."""
+        metrics = self.learners[name].update(records)
+        t0 = time.perf_counter()
+        sync_engine(self.policies[name])
+        self.sync_seconds = time.perf_counter() - t0
+        return metrics
+
+    def load(self, name: str, weights: dict[str, Any], learner_state: dict[str, Any]) -> None:
+        """Load a checkpoint's weights and optimizer state of policy `name`, and sync its engine."""
+        load_policy_weights(self.policies[name], weights)
+        self.learners[name].load_state_dict(learner_state)
+        sync_engine(self.policies[name])
+
+    def close(self) -> None:
+        """Nothing to free: the models go with this process."""
+
+
+class PlacedWorkers:
+    """The Ray workers of a placed run, through their driver-side proxies (`placement.proxies`)."""
+
+    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int]):
+        from drmas_train import placement
+
+        self.handles: list[Any] = []
+        sizes = placement.pool_sizes(cfg.placement, cfg.models.assignment, list(agents))
+        self.own_ray = placement.start_ray(cfg.placement, sizes)
+        try:
+            self.policies, self.learners, self.handles = placement.build_placed(
+                cfg, list(agents), cfg.placement, lora_ranks, handles=self.handles
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.sync_seconds = 0.0
+        """Always 0: a worker syncs its engine inside its update (counted in the update's time)."""
+
+    def update(self, name: str, records: Sequence[CallRecord]) -> dict[str, float]:
+        """Update on every rank of the policy's pool; its workers then sync their engines."""
+        return self.learners[name].update(records)
+
+    def load(self, name: str, weights: dict[str, Any], learner_state: dict[str, Any]) -> None:
+        """Load into every rank; the workers sync their engines."""
+        self.policies[name].load_weights(weights)
+        self.learners[name].load_state_dict(learner_state)
+
+    def close(self) -> None:
+        """Free the workers and placement groups, and Ray itself when this run started it (idempotent)."""
+        from drmas_train import placement
+
+        handles, self.handles = self.handles, []
+        if handles:
+            placement.shutdown(handles)
+        if self.own_ray:
+            import ray
+
+            self.own_ray = False
+            ray.shutdown()
+
+
+Workers = LocalWorkers | PlacedWorkers
