@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/learner_sharing.py --collect runs/bench/records.json [--prompts 8 --group 4]
     .venv/bin/python benchmarks/learner_sharing.py --replay runs/bench/records.json [--repeats 3] [--micro 8]
 
-`--collect` runs one real rollout of the default team (math-2agent, SmolLM2-135M-Instruct, fp32, the
-`cpu` preset's sampling and lengths, the vLLM backend by default) and saves its call records (exact ids).
+`--collect` runs one real rollout of the default team (math-2agent, or `--env search-3agent`;
+SmolLM2-135M-Instruct, fp32, the `cpu` preset's sampling and lengths, the vLLM backend by default)
+and saves its call records (exact ids).
 `--replay` loads them and times the learner's forward + backward over the whole batch
 (`Learner.compute_gradients`, the update minus the optimizer step, which sharing does not touch) with
 `learner.forward` = plain, shared_prefix and auto, each on a fresh copy of the model, one thread:
@@ -28,13 +29,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 
-def collect(path: Path, prompts: int, group: int, backend: str) -> None:
+def collect(path: Path, prompts: int, group: int, backend: str, env: str = "math-2agent") -> None:
     from drmas_train.config import build_config
     from drmas_train.records import CallRecord
     from drmas_train.rollout import rollout
     from drmas_train.trainer import Trainer
 
     over = {"models.backend": backend, "rollout.prompts_per_step": prompts, "rollout.group_size": group}
+    over["env.id"] = env
     over["log.run_dir"] = tempfile.mkdtemp(prefix="drmas-bench-")
     trainer = Trainer(build_config("cpu", over))
     try:
@@ -130,11 +132,12 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--backend", default="vllm", help="the engine of --collect (vllm or transformers)")
+    p.add_argument("--env", default="math-2agent", help="the env of --collect (the cpu preset's settings otherwise)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--micro", type=int, default=8, help="micro-batch size (the cpu preset's: 8)")
     args = p.parse_args()
     if args.collect:
-        collect(args.collect, args.prompts, args.group, args.backend)
+        collect(args.collect, args.prompts, args.group, args.backend, args.env)
     if args.replay:
         replay(args.replay, args.repeats, args.micro)
     if not (args.collect or args.replay):
