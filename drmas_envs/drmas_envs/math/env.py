@@ -58,8 +58,8 @@ class MathEnvConfig:
     """Added to a Verifier call's reward when its verdict is right (approve an attempt that grades right,
     reject one that grades wrong). 0, as in the paper and the reference code: the Verifier trains on the
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
-    the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way (README).
-    The `cpu` preset sets 1.0."""
+    the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way, and with
+    1.0 as well (README). The `cpu` preset sets 1.0."""
     review_malformed: bool = True
     """Show a malformed Solver attempt (no answer box) to the Verifier, as the paper does; False skips its
     review and asks for the next attempt at once, so the Verifier only judges answers (its `verdicts`

@@ -21,14 +21,16 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
 
 With `review_malformed = False` (True by default, as in the paper) a malformed attempt is not
 shown to the Verifier: the next attempt follows at once (the last attempt still ends the episode).
-The Verifier then only judges answers, and never learns that "reject" is right merely because most
-of an untrained Solver's attempts have no answer at all.
+The Verifier then only judges answers (meant to keep it from learning that "reject" is right merely
+because an untrained Solver's attempts mostly have no answer; with SmolLM2-135M it still settled on
+"reject", since the boxed answers were mostly wrong too: README).
 
 With `verdict_reward = w > 0` (0 by default, as in the paper) a Verifier call also earns `w` when
 its verdict is right: approve an attempt that grades right, reject one that grades wrong (a
 malformed verdict earns nothing). The team reward alone barely tells the Verifier which verdicts
 are right (rejecting a right attempt costs nothing when the retry is right too), and a small
-Verifier collapses to one verdict for every attempt.
+Verifier collapses to one verdict for every attempt; with SmolLM2-135M it collapsed with the verdict
+reward as well (README).
 
 The score's facts (`infos`) also grade every attempt (`attempts_correct`, so a verdict can be judged
 against the attempt it reviewed) and the last number of the last attempt, boxed or not
@@ -131,31 +133,34 @@ class MathSolo(Workflow):
         }
         return Score(float(correct), info, call_bonus=self._verdict_bonus(attempts))
 
+    def _reviews(self) -> list[tuple[int, int]]:
+        """(attempt index, history index) of each Verifier call: a review judges the latest attempt."""
+        out, attempt = [], -1
+        for i, call in enumerate(self.history):
+            attempt += call.role == "solver"
+            if call.role == "verifier":
+                out.append((attempt, i))
+        return out
+
     def _verdicts_per_attempt(self) -> list[str | None]:
-        """The verdict on each attempt but an unreviewed last one, in order (review i follows attempt i);
-        None for an attempt skipped without review (malformed, with `review_malformed` off).
+        """The verdict on each attempt but an unreviewed last one (review i follows attempt i); None for
+        an attempt skipped without review (malformed, with `review_malformed` off).
         """
-        out: list[str | None] = []
-        for call in self.history:
-            if call.role == "solver":
-                out.append(None)
-            else:
-                out[-1] = call.parsed.value
-        if self.history and self.history[-1].role == "solver":
-            out.pop()  # the final attempt: no review could change anything
+        n = len(self.calls_of("solver")) - (bool(self.history) and self.history[-1].role == "solver")
+        out: list[str | None] = [None] * n
+        for attempt, i in self._reviews():
+            out[attempt] = self.history[i].parsed.value
         return out
 
     def _verdict_bonus(self, attempts: list[bool]) -> tuple[float, ...]:
         """`verdict_reward` for each well-formed Verifier call whose verdict matches the attempt it reviewed."""
         if not self.verdict_reward:
             return ()
-        bonus, reviewed = [], -1
-        for call in self.history:
-            reviewed += call.role == "solver"
-            right = (
-                call.role == "verifier" and call.parsed.valid and (call.parsed.value == "approve") == attempts[reviewed]
-            )
-            bonus.append(self.verdict_reward if right else 0.0)
+        bonus = [0.0] * len(self.history)
+        for attempt, i in self._reviews():
+            parsed = self.history[i].parsed
+            if parsed.valid and (parsed.value == "approve") == attempts[attempt]:
+                bonus[i] = self.verdict_reward
         return tuple(bonus)
 
 
