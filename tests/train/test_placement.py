@@ -24,7 +24,9 @@ from ray.util.placement_group import PlacementGroup, placement_group_table  # no
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
 from drmas_train.placement import PlacementConfig, PoolSize, worker_groups  # noqa: E402
-from drmas_train.placement.config import uses_engine_actors  # noqa: E402
+from drmas_train.placement.config import generates, uses_engine_actors  # noqa: E402
+from drmas_train.placement.proxies import split_rows  # noqa: E402
+from drmas_train.rollout import rollout  # noqa: E402
 from drmas_train.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -47,6 +49,15 @@ def single_process(tmp_path_factory):
     return Trainer(_cfg(tmp_path_factory.mktemp("single") / "run")).train()
 
 
+@pytest.fixture(scope="module")
+def one_engine_rollout(tmp_path_factory):
+    trainer = Trainer(_cfg(tmp_path_factory.mktemp("local") / "run", steps=1))
+    try:
+        return _first_rollout(trainer)
+    finally:
+        trainer.close()
+
+
 def _assert_same_numbers(rows, reference):
     assert [r["step"] for r in rows] == [1, 2]
     for got, ref in zip(rows, reference):
@@ -61,16 +72,35 @@ def _removed(pg_ids):
     return all(table[i]["state"] == "REMOVED" for i in pg_ids)
 
 
+def test_split_rows_gives_each_rank_a_contiguous_near_equal_share():
+    shares = split_rows(7, 3)
+    assert [(s.start, s.stop) for s in shares] == [(0, 3), (3, 5), (5, 7)]
+    assert [(s.start, s.stop) for s in split_rows(1, 2)] == [(0, 1), (1, 1)]  # an empty share is skipped
+    assert [i for s in split_rows(16, 4) for i in range(16)[s]] == list(range(16))
+
+
+def _first_rollout(trainer):
+    """A rollout of the first step's tasks at the first step's seed, outside the training loop."""
+    tasks = [int(trainer.task_order(trainer.cfg.seed)[i]) for i in range(trainer.cfg.rollout.prompts_per_step)]
+    batch = rollout(
+        trainer.envs, tasks, trainer.cfg.rollout.group_size, trainer.serving, trainer.sampling, seed=trainer.cfg.seed
+    )
+    return [(r.agent, r.prompt_ids, r.response_ids) for r in batch.records]
+
+
 def test_worker_groups_and_bad_placements(local_ray, tmp_path):
     assert worker_groups("per_agent", ["a", "b"]) == {"a": ["a"], "b": ["b"]}
     assert worker_groups("lora", ["a", "b"]) == {"lora": ["a", "b"]}
-    # Only rank 0 of a data-parallel vLLM pool moves its engines into actors of their own.
-    assert uses_engine_actors("vllm", ranks=2, rank=0)
-    assert not uses_engine_actors("vllm", ranks=2, rank=1)
+    # The generating ranks of a data-parallel vLLM pool move their engines into actors of their own.
+    assert uses_engine_actors("vllm", ranks=2, rank=0) and uses_engine_actors("vllm", ranks=2, rank=1)
+    assert not uses_engine_actors("vllm", ranks=2, rank=1, rollout_ranks="first")
     assert not uses_engine_actors("vllm", ranks=1, rank=0)
     assert not uses_engine_actors("transformers", ranks=2, rank=0)
+    assert generates(0, "first") and not generates(1, "first") and generates(3, "all")
     with pytest.raises(ValueError, match="placement.mode"):
         PlacementConfig(mode="everywhere")
+    with pytest.raises(ValueError, match="rollout_ranks"):
+        PlacementConfig(rollout_ranks="some")
     with pytest.raises(ValueError, match="strategy must be replicate or fsdp"):
         PlacementConfig(shared_pool=PoolSize(ranks=2, strategy="zero3"))
     with pytest.raises(ValueError, match="ranks >= 1"):
@@ -117,13 +147,20 @@ def test_shared_via_the_cli_then_resumed_per_agent_matches_the_single_process(si
 
 
 @pytest.mark.parametrize("strategy", ["replicate", "fsdp"])
-def test_data_parallel_pool_matches_the_single_process(single_process, local_ray, tmp_path, strategy):
+def test_data_parallel_pool_matches_the_single_process(
+    single_process, one_engine_rollout, local_ray, tmp_path, strategy
+):
     # One shared pool of 2 ranks holding both models: each model trains data-parallel over the two
     # workers (gloo), the solver's two micro-batches split between them; the numbers must not move.
     # fsdp: the weights are sharded, rank 0 generates with its own whole copy synced after each update.
     pool = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.shared_pool.ranks": 2}
     trainer = Trainer(_cfg(tmp_path / "dp", steps=1, **pool, **{"placement.shared_pool.strategy": strategy}))
     assert [len(p.ranks) for p in trainer.policies.values()] == [2, 2]
+    # Every rank generates its share of a round; per-row seeds make the ids one engine's.
+    assert _first_rollout(trainer) == one_engine_rollout
+    for policy in trainer.policies.values():
+        assert len(policy.backend.workers) == 2
+        assert all(n > 0 for n in ray.get([w.generated.remote() for w in policy.ranks])), policy.name
     rows = trainer.train()
     # Resume the checkpoint (weights and optimizer state gathered whole from the ranks) into fresh
     # ranks for step 2: the engine and both replicas or shards must start from it.
@@ -133,6 +170,9 @@ def test_data_parallel_pool_matches_the_single_process(single_process, local_ray
     assert trainer.step == 1
     rows += trainer.train()
     _assert_same_numbers(rows, single_process)
+    # Step 2's validation samples on both ranks' engines, after the update: the new weights reached each.
+    val = [k for k in single_process[-1] if k.startswith("val/")]
+    assert val and all(rows[-1][k] == pytest.approx(single_process[-1][k], abs=1e-9) for k in val)
     # More solver calls than one micro-batch (8) holds, so rank 1 really computed part of the gradient.
     assert all(s["learner/solver/n_samples"] > 8 for s in single_process)
     assert all(r["learner/solver/n_tokens"] == s["learner/solver/n_tokens"] for r, s in zip(rows, single_process))

@@ -266,9 +266,10 @@ def test_smoke_training_with_the_vllm_backend(tmp_path, placement):
 
     `shared` runs the engine and the learner inside a Ray worker (a local Ray the CLI starts), so the
     push after each update happens in the worker; the ratio check holds there too. `fsdp`: the same
-    on a pool of two ranks training the model sharded; the engine runs in an actor beside rank 0 (an
-    in-process vLLM would take torch.distributed's default group) and gets the weights gathered from
-    both shards after each update.
+    on a pool of two ranks training the model sharded; each rank's engine runs in an actor beside it
+    (an in-process vLLM would take torch.distributed's default group), samples half of every round
+    (`placement.rollout_ranks: all`) and gets the weights gathered from both shards after each update,
+    so a rank whose engine missed the push shows in the ratio of its half of the rows.
 
     With `old_logprobs=sampled` the PPO ratio is exp(learner - engine) log-probs. At step 2 the engine
     samples with the weights (or adapters) pushed after step 1, so a missed or partial push shows as a

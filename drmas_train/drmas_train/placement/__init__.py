@@ -19,13 +19,17 @@ A *worker* is one Ray actor holding its models with their engines and learners. 
 it pushes the new weights into its own engine, so no weights cross the network while training;
 checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
 
-Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Rank 0 is the
-worker above (engine, generation, checkpoints); ranks 1.. hold replicas and learners only. Every
-update goes to all ranks at once, each computes its share of the micro-batches and the gradients
-are summed over torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is
-the one-process step; only rank 0 pushes the new weights into its engine. A vLLM engine cannot
-live in a data-parallel process (it takes torch.distributed's default group), so rank 0's vLLM
-engines run in `EngineActor`s on its bundle and receive the weights through Ray.
+Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Every update goes to
+all ranks at once, each computes its share of the micro-batches and the gradients are summed over
+torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is the one-process
+step. Every rank also generates (`rollout_ranks: all`, the default): each holds an engine, samples a
+contiguous share of every rollout round's prompts (per-row seeds: the same samples as one engine)
+and pushes the new weights into its engine after each update; `rollout_ranks: first` keeps one
+engine, on rank 0. Rank 0 alone serves checkpoints. A vLLM engine cannot live in a data-parallel
+process (it takes torch.distributed's default group), so a data-parallel rank's vLLM engines run in
+`EngineActor`s on its bundle and receive the weights through Ray. On GPUs, vLLM's external-launcher
+mode (one engine inside each training process, sharing its device) is the design that avoids the
+actor hop; docs/scaling.md says where it stands.
 
 Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.

@@ -7,7 +7,14 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from drmas_train.placement.config import PlacementConfig, PoolSize, placed_workers, pool_sizes, uses_engine_actors
+from drmas_train.placement.config import (
+    PlacementConfig,
+    PoolSize,
+    generates,
+    placed_workers,
+    pool_sizes,
+    uses_engine_actors,
+)
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
 from drmas_train.placement.worker import PolicyWorker
 
@@ -90,7 +97,8 @@ def build_placed(
         ranks[wname] = []
         for rank in range(size.ranks):
             # a rank with engine actors shares its bundle's GPUs with them, half each
-            gpus = size.gpus / 2 if uses_engine_actors(cfg.models.backend, size.ranks, rank) else size.gpus
+            engine_actors = uses_engine_actors(cfg.models.backend, size.ranks, rank, placement.rollout_ranks)
+            gpus = size.gpus / 2 if engine_actors else size.gpus
             worker = actor_cls.options(
                 num_cpus=size.cpus,
                 num_gpus=gpus,
@@ -104,6 +112,7 @@ def build_placed(
                 size.strategy,
                 size.ranks,
                 size.gpus - gpus,
+                placement.rollout_ranks,
             )
             handles.append(worker)
             ranks[wname].append(worker)
@@ -121,7 +130,9 @@ def build_placed(
             policies[pname] = RemotePolicy(
                 pname,
                 tokenizer,
-                RemoteBackend(worker, pname, tokenizer),
+                RemoteBackend(
+                    [w for r, w in enumerate(group) if generates(r, placement.rollout_ranks)], pname, tokenizer
+                ),
                 info["agents"],
                 worker,
                 ranks=group,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MODES = ("none", "shared", "per_agent")
+ROLLOUT_RANKS = ("all", "first")
 
 
 @dataclass
@@ -41,10 +42,17 @@ class PlacementConfig:
     """Per-worker pool sizes in `per_agent` mode, by worker name (an agent name, or "shared" / "lora")."""
     ready_timeout_s: float = 600.0
     """How long to wait for the cluster to grant the pools before failing with a clear error."""
+    rollout_ranks: str = "all"
+    """Which data-parallel ranks of a pool generate: all (every rank holds an engine, samples its share of
+    each rollout round and takes the new weights after each update, as verl's hybrid engine uses every
+    GPU) or first (rank 0 only: one engine's memory, the other ranks wait during rollout). Per-row
+    seeds make the samples the same either way."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"placement.mode must be one of {MODES}, got {self.mode!r}")
+        if self.rollout_ranks not in ROLLOUT_RANKS:
+            raise ValueError(f"placement.rollout_ranks must be one of {ROLLOUT_RANKS}, got {self.rollout_ranks!r}")
         for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
             if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
                 raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")
@@ -79,10 +87,16 @@ def pool_sizes(placement: PlacementConfig, assignment: str, agents: Sequence[str
     return {n: placement.pools.get(n, placement.default_pool) for n in names}
 
 
-def uses_engine_actors(backend: str, ranks: int, rank: int = 0) -> bool:
+def generates(rank: int, rollout_ranks: str = "all") -> bool:
+    """Whether data-parallel rank `rank` holds a generation engine (`PlacementConfig.rollout_ranks`)."""
+    return rank == 0 or rollout_ranks == "all"
+
+
+def uses_engine_actors(backend: str, ranks: int, rank: int = 0, rollout_ranks: str = "all") -> bool:
     """Whether rank `rank` of a pool of `ranks` runs its engines in `EngineActor`s.
 
     An in-process vLLM engine takes torch.distributed's default group (a world of one), which a
-    data-parallel group needs; so rank 0 of a data-parallel vLLM pool puts its engines beside it.
+    data-parallel group needs; so a generating rank of a data-parallel vLLM pool puts its engines
+    beside it.
     """
-    return backend == "vllm" and ranks > 1 and rank == 0
+    return backend == "vllm" and ranks > 1 and generates(rank, rollout_ranks)

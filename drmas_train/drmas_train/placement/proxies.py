@@ -7,16 +7,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class RemoteBackend:
-    """The `Backend` of a policy that lives in a worker; its weights are synced there, after updates."""
+def split_rows(n: int, parts: int) -> list[slice]:
+    """Split n rows into `parts` contiguous slices whose sizes differ by at most one (the first are longer)."""
+    size, extra = divmod(n, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
 
-    def __init__(self, worker: Any, name: str, tokenizer: Any):
-        self.worker, self.name, self.tokenizer = worker, name, tokenizer
+
+class RemoteBackend:
+    """The `Backend` of a policy that lives in workers; its weights are synced there, after updates.
+
+    With several generating ranks (`PlacementConfig.rollout_ranks: all`) a call's rows are split into
+    contiguous shares, one per rank, sampled at once and put back in order. Each row keeps its own
+    seed (`backends.base.row_seeds`), so the samples do not depend on the split.
+    """
+
+    def __init__(self, workers: Sequence[Any], name: str, tokenizer: Any):
+        self.workers, self.name, self.tokenizer = list(workers), name, tokenizer
 
     def generate(self, prompts, sampling, *, adapters=None, seed=None):
         import ray
 
-        return ray.get(self.worker.generate.remote(self.name, list(prompts), list(sampling), adapters, seed))
+        from drmas_train.backends.base import row_seeds
+
+        prompts, sampling = list(prompts), list(sampling)
+        seeds = row_seeds(seed, len(prompts))
+        shares = [s for s in split_rows(len(prompts), len(self.workers)) if s.stop > s.start]
+        pending = [
+            worker.generate.remote(
+                self.name,
+                prompts[s],
+                sampling[s],
+                None if adapters is None else list(adapters)[s],
+                None if seeds is None else seeds[s],
+            )
+            for worker, s in zip(self.workers, shares)
+        ]
+        return [gen for share in ray.get(pending) for gen in share]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """A no-op: the worker pushed its weights into its engine after the update (nothing is iterated)."""
@@ -31,7 +60,7 @@ class RemotePolicy:
     backend: RemoteBackend
     agents: list[str]
     worker: Any
-    """Rank 0's worker (generation, checkpoints)."""
+    """Rank 0's worker (checkpoints)."""
     ranks: list[Any] = field(default_factory=list)
     """Every rank's worker, rank 0 first (just `worker` without data parallelism)."""
     sharded: bool = False

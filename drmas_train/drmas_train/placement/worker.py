@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drmas_train.placement.config import uses_engine_actors
+from drmas_train.placement.config import generates, uses_engine_actors
 from drmas_train.placement.engines import give_engines_their_own_copy, move_vllm_engines_to_actors
 
 
@@ -22,6 +22,7 @@ class PolicyWorker:
         strategy: str = "replicate",
         world_size: int = 1,
         engine_gpus: float = 0.0,
+        rollout_ranks: str = "all",
     ):
         import dataclasses
 
@@ -33,9 +34,11 @@ class PolicyWorker:
         torch.set_num_threads(max(1, threads))
         self.cfg, self.rank = cfg, rank
         self.sharded = strategy == "fsdp" and world_size > 1
+        self.generates = generates(rank, rollout_ranks)
+        self.rows_generated = 0
         models = cfg.models
-        engine_actors = uses_engine_actors(models.backend, world_size, rank)
-        if rank > 0 or engine_actors:  # the transformers wrapper shares its module and costs nothing
+        engine_actors = uses_engine_actors(models.backend, world_size, rank, rollout_ranks)
+        if not self.generates or engine_actors:  # the transformers wrapper shares its module and costs nothing
             models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
         self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
@@ -43,9 +46,9 @@ class PolicyWorker:
             move_vllm_engines_to_actors(self.policies, cfg.models, lora_ranks, engine_gpus)
         if self.sharded:
             # FSDP replaces the parameters by shards, so the learners are built after sharding
-            # (`join_data_parallel`), and rank 0's engine must not share the module it trains.
+            # (`join_data_parallel`), and an engine must not share the module it trains.
             self.learners = {}
-            if rank == 0:
+            if self.generates:
                 give_engines_their_own_copy(self.policies, models.max_gen_batch)
         else:
             self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
@@ -76,16 +79,16 @@ class PolicyWorker:
             learner.dp = dp
 
     def _sync(self, name: str, *, collective: bool = True) -> None:
-        """Push policy `name`'s weights into rank 0's engine; under FSDP every rank gathers them first."""
+        """Push policy `name`'s weights into this rank's engine; under FSDP every rank gathers them first."""
         from drmas_train.distributed import full_state_dict
         from drmas_train.policy_ops import sync_engine
 
         policy = self.policies[name]
         if self.sharded and collective:
-            whole = full_state_dict(policy.module)
-            if self.rank == 0:
+            whole = full_state_dict(policy.module)  # a collective: every rank takes part, engine or not
+            if self.generates:
                 sync_engine(policy, whole)
-        elif self.rank == 0:
+        elif self.generates:
             sync_engine(policy)
 
     def describe(self) -> dict[str, Any]:
@@ -93,7 +96,15 @@ class PolicyWorker:
         return {n: {"agents": p.agents, "adapter": p.adapter, "path": str(p.path)} for n, p in self.policies.items()}
 
     def generate(self, name: str, prompts, sampling, adapters, seed):
+        """Sample this rank's share of a rollout round with policy `name`'s engine."""
+        if not self.generates:
+            raise RuntimeError(f"rank {self.rank} holds no engine (placement.rollout_ranks: first)")
+        self.rows_generated += len(prompts)
         return self.policies[name].backend.generate(prompts, sampling, adapters=adapters, seed=seed)
+
+    def generated(self) -> int:
+        """How many prompts this rank has sampled since it started (what tests and logs check)."""
+        return self.rows_generated
 
     def update(self, name: str, records) -> dict[str, float]:
         """Train policy `name` on its records, then push the new weights into the worker's engine."""
