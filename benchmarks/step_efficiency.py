@@ -11,7 +11,7 @@ micro-batch 8). Rows, each in a process of its own (`step_efficiency_rows.py`, `
 - floor: HF `generate` + one full forward/backward/AdamW over the same sequences;
 - trl, trl-gc: TRL's `GRPOTrainer` (its own venv: `bash scripts/setup_trl_venv.sh`; skipped with the
   reason when absent), gradient checkpointing off and on;
-- validate-transformers, validate-vllm, checkpoint: `Trainer.validate` (the `cpu` preset's 64 held-out
+- validate-transformers, validate-vllm, checkpoint: `Trainer.validate` (the `cpu` preset's 128 held-out
   problems) and `Trainer.save` after one warm-up step;
 - learner-replay: `benchmarks/learner_sharing.py --collect/--replay` (the learner alone, with and
   without shared prefixes), its output quoted.
@@ -184,9 +184,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-problems", type=int, default=0, help="validation rows: 0 keeps the cpu preset's 64")
+    p.add_argument("--eval-problems", type=int, default=0, help="validation rows: 0 keeps the cpu preset's 128")
     p.add_argument("--eval-k", type=int, default=0, help="validation rows: 0 keeps the cpu preset's 4")
-    p.add_argument("--eval-repeats", type=int, default=1, help="timed validations (each is 320 episodes)")
+    p.add_argument(
+        "--eval-repeats", type=int, default=1, help="timed validations (each is n_problems x (k + 1) episodes)"
+    )
     p.add_argument("--ckpt-repeats", type=int, default=3, help="timed checkpoint saves")
     p.add_argument("--trl-python", type=Path, default=ROOT / ".venv-trl" / "bin" / "python")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per row before it is killed")
