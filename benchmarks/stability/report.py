@@ -13,6 +13,7 @@ Writes `README.md` (tables) and PNG plots into the output folder. Definitions ar
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -289,9 +290,9 @@ def _save(fig, path: Path) -> str:
 
 
 def _show(path: Path) -> str:
-    """A path relative to the working directory when it is inside it."""
+    """A path relative to the working directory when it is inside it (links kept: runs may live elsewhere)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd()))
+        return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
     except ValueError:
         return str(path)
 
