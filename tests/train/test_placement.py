@@ -7,7 +7,8 @@ Step 1 runs `--placement shared` through the real CLI in a subprocess that joins
 with `--ray-address`; step 2 resumes that checkpoint in-process with `placement.mode: per_agent`
 (fresh workers, one pool per model). Chaining the two keeps the file to three Ray workers (each
 costs 5-10 s here, mostly importing torch and transformers in the actor). A third run trains both
-models data-parallel on a shared pool of two ranks and must give the same numbers.
+models data-parallel on a shared pool of two ranks and must give the same numbers; both ranks generate,
+and their first rollout must record exactly one engine's ids.
 """
 
 import json
