@@ -58,7 +58,7 @@ def _team(args: argparse.Namespace) -> tuple[dict, dict[str, Any]]:
         if args.model:
             models.name = args.model
         return agent_to_policy(build_policies(models, agents)), env_kwargs
-    from drmas_train.trainer import load_policy_weights, sync_engine
+    from drmas_train.policy_ops import load_policy_weights, sync_engine
 
     folder = Path(args.checkpoint)
     config_path = folder.parent.parent / "config.yaml"

@@ -51,7 +51,7 @@ from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_che
 from drmas_train.config import TrainConfig, save_config
 from drmas_train.metrics import step_metrics
 from drmas_train.models.assignment import agent_to_policy
-from drmas_train.policy_ops import load_policy_weights, make_learner, seed_everything, sync_engine
+from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
 from drmas_train.validation import make_eval_envs, validate
@@ -59,7 +59,7 @@ from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "load_policy_weights", "make_learner", "seed_everything", "sync_engine"]
+__all__ = ["Trainer"]
 
 
 class Trainer:

@@ -33,6 +33,7 @@ class RemoteBackend:
         from drmas_train.backends.base import row_seeds
 
         prompts, sampling = list(prompts), list(sampling)
+        adapters = None if adapters is None else list(adapters)
         seeds = row_seeds(seed, len(prompts))
         shares = [s for s in split_rows(len(prompts), len(self.workers)) if s.stop > s.start]
         pending = [
@@ -40,7 +41,7 @@ class RemoteBackend:
                 self.name,
                 prompts[s],
                 sampling[s],
-                None if adapters is None else list(adapters)[s],
+                None if adapters is None else adapters[s],
                 None if seeds is None else seeds[s],
             )
             for worker, s in zip(self.workers, shares)
