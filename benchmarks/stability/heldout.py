@@ -129,9 +129,19 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], ignored: Sequence[str] = PAIR_IGNORED) -> list[str]:
-    """The config fields (dotted) whose values differ between two runs, except `ignored`."""
+    """The config fields (dotted) both runs have whose values differ, except `ignored`.
+
+    A field only one run has was added to the trainer between the two runs; a new field's default keeps
+    the earlier behaviour (the project's rule for new fields), so it is no difference: `one_sided` lists them.
+    """
     fa, fb = flatten(a), flatten(b)
-    return sorted(k for k in set(fa) | set(fb) if k not in ignored and fa.get(k) != fb.get(k))
+    return sorted(k for k in set(fa) & set(fb) if k not in ignored and fa[k] != fb[k])
+
+
+def one_sided(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The config fields (dotted) that only one of two runs has."""
+    fa, fb = flatten(a), flatten(b)
+    return sorted(set(fa) ^ set(fb))
 
 
 def signed(x: float) -> str:
@@ -176,7 +186,10 @@ def gains_by_seed(runs: Sequence[ValRun], key: str, first: int, last: int) -> di
 
 
 def partners(runs: Sequence[ValRun], baseline: str) -> tuple[dict[str, list[int]], list[str]]:
-    """Per estimator, the seeds whose baseline run shares the config but for the estimator; notes on the rest."""
+    """Per estimator, the seeds whose baseline run shares the config but for the estimator; notes on the rest.
+
+    A note says why a run is not paired, or which fields of a paired run only one side's trainer version has.
+    """
     base = {r.seed: r for r in runs if r.estimator == baseline}
     paired: dict[str, list[int]] = {}
     notes = []
@@ -186,11 +199,18 @@ def partners(runs: Sequence[ValRun], baseline: str) -> tuple[dict[str, list[int]
         mate = base.get(r.seed)
         diff = config_diff(r.config, mate.config) if mate is not None else []
         if mate is None:
-            notes.append(f"{r.estimator} s{r.seed}: no {baseline} run with seed {r.seed}")
+            notes.append(f"Not paired: {r.estimator} s{r.seed}: no {baseline} run with seed {r.seed}")
         elif diff:
-            notes.append(f"{r.estimator} s{r.seed}: config differs from {baseline} s{r.seed} in {', '.join(diff)}")
+            notes.append(
+                f"Not paired: {r.estimator} s{r.seed}: config differs from {baseline} s{r.seed} in {', '.join(diff)}"
+            )
         else:
             paired.setdefault(r.estimator, []).append(r.seed)
+            if extra := one_sided(r.config, mate.config):
+                notes.append(
+                    f"Paired across trainer versions: {r.estimator} s{r.seed} and {baseline} s{r.seed}; "
+                    f"fields only the later one has (at their defaults): {', '.join(extra)}"
+                )
     return paired, notes
 
 
@@ -295,7 +315,7 @@ def paired_lines(runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]], b
         for est, seeds in sorted(paired.items()):
             diffs = paired_differences({s: gains[est][s] for s in seeds}, gains[baseline])
             lines.append(_stat_row(f"{est} - {baseline}", key, steps, diffs))
-    return lines + (["", *(f"Not paired: {n}." for n in notes)] if notes else [])
+    return lines + (["", *(f"{n}." for n in notes)] if notes else [])
 
 
 def plot(runs: Sequence[ValRun], out: Path) -> list[str]:

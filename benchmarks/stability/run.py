@@ -13,6 +13,12 @@ interrupted one continues from its last checkpoint (bit-identical to an uninterr
 PNG plots) goes to `benchmarks/results/stability/<name>/`. Extra trainer settings go through
 `--set section.field=value`, exactly as for `drmas-train`.
 
+The report is built from an archive beside it, `<out>/runs/<estimator>-s<seed>/` (config.yaml and
+metrics.jsonl, ~30 KB a run, committed with the report): each run with more steps than its archived copy
+is copied there first. The run folders (checkpoints, GBs) stay outside the repository and may be gone
+by the next session; the archive lets a clean checkout rebuild the report, and a later session add seeds
+or estimators to it (`--report-only` with the full lists reports every archived run).
+
 Held-out accuracy: every run validates (`drmas_train.validation`) before step 1 and every
 `--eval-every` steps on the same held-out problems: the driver pins `eval.seed` (`--eval-seed`, the
 same for every estimator and seed), so only the weights differ between two validations. The step-0
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +87,19 @@ def is_complete(run_dir: Path, steps: int) -> bool:
     return trained_steps(run_dir) >= steps
 
 
+ARCHIVED = ("config.yaml", "metrics.jsonl")
+
+
+def archive(run_dir: Path, copy: Path) -> bool:
+    """Copy a run's config and metrics to `copy` when the run has more steps than the copy; True if copied."""
+    if trained_steps(run_dir) <= trained_steps(copy) or not (run_dir / "config.yaml").is_file():
+        return False
+    copy.mkdir(parents=True, exist_ok=True)
+    for name in ARCHIVED:
+        shutil.copyfile(run_dir / name, copy / name)
+    return True
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", required=True, help="benchmark name: runs/<name>, results/stability/<name>")
@@ -128,11 +148,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  failed (exit {rc}); see {run_dir / 'train.log'}", flush=True)
     if args.dry_run:
         return 0
-    done = [d for d in run_dirs if trained_steps(d) >= 1]
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
+    copies = [out / "runs" / d.name for d in run_dirs]
+    for run_dir, copy in zip(run_dirs, copies):
+        if archive(run_dir, copy):
+            print(f"archived {run_dir} -> {copy}", flush=True)
+    done = [c for c in copies if trained_steps(c) >= 1]
     if not done:
         print("no finished runs to report on")
         return 1
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "stability" / args.name
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
     command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(given)  # the command that ran them
     # the title names the results folder: one set of runs can feed several reports (--out)

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -192,6 +193,9 @@ def test_paired_differences_and_gains_by_hand():
     assert values == {0: 0.25, 2: 0.5}
     assert heldout.gain(values, 0, 2) == 0.25 and math.isnan(heldout.gain(values, 0, 4))
     assert heldout.config_diff({"a": {"b": 1, "c": 2}, "steps": 3}, {"a": {"b": 1, "c": 5}, "steps": 9}) == ["a.c"]
+    # a field one run's trainer version lacks is no difference, but it is named
+    older, newer = {"a": {"b": 1}}, {"a": {"b": 1, "new": "all"}}
+    assert heldout.config_diff(older, newer) == [] and heldout.one_sided(older, newer) == ["a.new"]
     # runs validated on different problems are flagged, not compared silently
     same = SimpleNamespace(config={"eval": {"k": 2, "seed": 0}}, val_rows=rows)
     other = SimpleNamespace(config={"eval": {"k": 2, "seed": 1}}, val_rows=rows)
@@ -237,6 +241,7 @@ def test_report_held_out_section_on_known_runs(tmp_path):
     assert "| pooled - grpo |" not in text
     assert "Not paired: drmas s2: no grpo run with seed 2." in text
     assert "Not paired: pooled s0: config differs from grpo s0 in learner.lr." in text
+    assert "Paired across trainer versions" not in text
     assert "protocols differ" not in text
     assert (tmp_path / "out" / "heldout.png").stat().st_size > 1000 and "](heldout.png)" in text
     # capped at 2 steps, the gains run from step 0 to step 2
@@ -275,10 +280,44 @@ def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
         gain = heldout.signed(rows[2][key] - rows[0][key])
         assert f"| drmas | {key} | 0 -> 2 | 1 | s0 {gain} | {gain} | n/a (n < 2) |" in text
     assert (tmp_path / "out" / "heldout.png").stat().st_size > 1000
+    # the report reads the archive beside it, which holds the run's config and metrics
+    copy = tmp_path / "out" / "runs" / "drmas-s0"
+    assert (copy / "metrics.jsonl").read_text() == metrics.read_text()
+    assert f"Runs: `{copy}`." in text
     # a finished run is not run again
     mtime = metrics.stat().st_mtime
     assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert metrics.stat().st_mtime == mtime
+    # with the run folder gone (a new machine), the report is rebuilt from the archive alone
+    shutil.rmtree(tmp_path / "runs")
+    (tmp_path / "out" / "README.md").unlink()
+    assert run.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--report-only"]) == 0
+    assert (tmp_path / "out" / "README.md").read_text().split("\n")[4:] == text.split("\n")[4:]
+
+
+def test_archive_keeps_the_longest_copy_of_a_run(tmp_path):
+    run = load("run")
+    grpo = write_run(tmp_path / "g", "grpo", [1, 1, 1], [0, 0, 0])
+    copy = tmp_path / "out" / "runs" / "grpo-s0"
+    assert run.archive(grpo, copy) and run.trained_steps(copy) == 3
+    assert sorted(p.name for p in copy.iterdir()) == ["config.yaml", "metrics.jsonl"]
+    assert not run.archive(grpo, copy)  # nothing new
+    shorter = write_run(tmp_path / "g2", "grpo", [1], [0])  # a restarted run, one step in
+    assert not run.archive(shorter, copy) and run.trained_steps(copy) == 3
+    assert not run.archive(tmp_path / "missing", tmp_path / "out" / "runs" / "x")
+
+
+def test_paired_runs_across_trainer_versions_name_the_new_fields(tmp_path):
+    report = load("report")
+    val = {0: _val(0.3, 0.3, 0.3), 2: _val(0.4, 0.4, 0.4)}
+    grpo = write_run(tmp_path / "g", "grpo", [1, 1], [0, 0], val=val)
+    drmas = write_run(tmp_path / "d", "drmas", [1, 1], [0, 0], val=val)
+    config = drmas / "config.yaml"
+    config.write_text(config.read_text() + "placement:\n  rollout_ranks: all\n")  # a field added later
+    text = report.write_report([grpo, drmas], tmp_path / "out", title="T").read_text()
+    assert "| drmas - grpo | val/avg@1 | 0 -> 2 | 1 |" in text
+    assert "Paired across trainer versions: drmas s0 and grpo s0; fields only the later one has" in text
+    assert "placement.rollout_ranks" in text
 
 
 def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
