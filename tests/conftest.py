@@ -20,11 +20,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before any test module imports torc
     os.environ["OMP_NUM_THREADS"] = "1"
 
 ENGINE_GROUP = "engines"
-# Modules whose tests start a local Ray cluster (every vLLM test is found by its `vllm` marker).
-RAY_MODULES = {"test_placement.py", "test_rehearse.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("vllm") or item.path.name in RAY_MODULES:
+        if item.get_closest_marker("vllm") or item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))

@@ -131,8 +131,8 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], ignored: Sequence[str] = PAIR_IGNORED) -> list[str]:
     """The config fields (dotted) both runs have whose values differ, except `ignored`.
 
-    A field only one run has was added to the trainer between the two runs; a new field's default keeps
-    the earlier behaviour (the project's rule for new fields), so it is no difference: `one_sided` lists them.
+    A field only one run has was added to the trainer between the two runs; it is not counted, on the
+    project's rule that a new field's default keeps the earlier behaviour: `one_sided` lists them.
     """
     fa, fb = flatten(a), flatten(b)
     return sorted(k for k in set(fa) & set(fb) if k not in ignored and fa[k] != fb[k])
@@ -209,7 +209,7 @@ def partners(runs: Sequence[ValRun], baseline: str) -> tuple[dict[str, list[int]
             if extra := one_sided(r.config, mate.config):
                 notes.append(
                     f"Paired across trainer versions: {r.estimator} s{r.seed} and {baseline} s{r.seed}; "
-                    f"fields only the later one has (at their defaults): {', '.join(extra)}"
+                    f"fields only one of them has: {', '.join(extra)}"
                 )
     return paired, notes
 

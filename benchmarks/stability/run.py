@@ -94,6 +94,8 @@ def archive(run_dir: Path, copy: Path) -> bool:
     """Copy a run's config and metrics to `copy` when the run has more steps than the copy; True if copied."""
     if trained_steps(run_dir) <= trained_steps(copy) or not (run_dir / "config.yaml").is_file():
         return False
+    if copy.is_symlink():  # a link to results committed elsewhere (cpu_default): never write through it
+        copy.unlink()
     copy.mkdir(parents=True, exist_ok=True)
     for name in ARCHIVED:
         shutil.copyfile(run_dir / name, copy / name)

@@ -30,7 +30,7 @@ from drmas_train.placement.proxies import split_rows  # noqa: E402
 from drmas_train.rollout import rollout  # noqa: E402
 from drmas_train.trainer import Trainer  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verifier", "tokens/generated")
 
 

@@ -21,7 +21,7 @@ import rehearsal
 from drmas_train.config import build_config, list_presets, load_preset, to_dict
 from drmas_train.trainer import Trainer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 PRESETS = [p for p in list_presets() if p not in ("cpu", "smoke")]
 MISSING = object()
 
