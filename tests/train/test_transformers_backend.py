@@ -225,3 +225,26 @@ def test_per_row_seeds_make_sampling_batch_invariant(tmp_path):
     assert all((o.response_ids != r) == (s.temperature > 0) for o, r, s in zip(other, ids, sampling))
     with pytest.raises(ValueError, match="3 seeds for 8 prompts"):
         backend.generate(prompts, sampling, seed=[1, 2, 3])
+
+
+def _nucleus_by_full_sort(logits, top_p):
+    """The top-p rule over a whole sorted row: drop a token once the mass before it reaches top_p."""
+    probs, order = logits.softmax(-1).sort(descending=True, dim=-1)
+    drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, (probs.cumsum(-1) - probs) >= top_p[:, None])
+    return ~drop
+
+
+@pytest.mark.parametrize("scale", [1.0, 8.0])  # flat rows: nucleus past the probe (full sort); peaked: inside it
+def test_top_p_filter_keeps_the_nucleus_of_a_full_sort_and_top_p_one_keeps_all(scale):
+    from drmas_train.backends.transformers_backend import NUCLEUS_PROBE, _filter_top_p
+
+    logits = torch.randn(8, 49152, generator=torch.Generator().manual_seed(0)) * scale
+    top_p = torch.tensor([0.95, 1.0, 0.5, 0.9] * 2)
+    kept = _filter_top_p(logits, top_p) > float("-inf")
+    filtered = top_p < 1
+    assert torch.equal(kept[filtered], _nucleus_by_full_sort(logits[filtered], top_p[filtered]))
+    sizes = kept[filtered].sum(-1)
+    assert (sizes > NUCLEUS_PROBE).any() if scale == 1.0 else (sizes < NUCLEUS_PROBE).all()
+    # top_p = 1 filters nothing, also the tokens whose mass a float32 cumsum rounds away (at scale 8 the
+    # cumsum reaches 1.0 before the last ~47k tokens, which a full-sort rule at top_p = 1 would drop)
+    assert kept[~filtered].all()
