@@ -21,6 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 
 BASELINE = "grpo"
+# Second pairing, the ablation: drmas and pooled both weight every call and differ only in drmas's
+# per-agent statistics, so drmas - pooled isolates them (pooled - grpo isolates the per-call weighting).
+ABLATION = ("drmas", "pooled")
 LEVEL = 0.95
 MARKERS = ["o", "s", "^", "v", "D", "P"]  # one per seed in a panel
 # What may differ between a run and its baseline partner: the estimator itself, where it is written,
@@ -185,16 +188,19 @@ def gains_by_seed(runs: Sequence[ValRun], key: str, first: int, last: int) -> di
     return out
 
 
-def partners(runs: Sequence[ValRun], baseline: str) -> tuple[dict[str, list[int]], list[str]]:
+def partners(
+    runs: Sequence[ValRun], baseline: str, only: Sequence[str] | None = None
+) -> tuple[dict[str, list[int]], list[str]]:
     """Per estimator, the seeds whose baseline run shares the config but for the estimator; notes on the rest.
 
-    A note says why a run is not paired, or which fields of a paired run only one side's trainer version has.
+    `only`: the estimators to pair (default: every one but the baseline). A note says why a run is not
+    paired, or which fields of a paired run only one side's trainer version has.
     """
     base = {r.seed: r for r in runs if r.estimator == baseline}
     paired: dict[str, list[int]] = {}
     notes = []
     for r in runs:
-        if r.estimator == baseline:
+        if r.estimator == baseline or (only is not None and r.estimator not in only):
             continue
         mate = base.get(r.seed)
         diff = config_diff(r.config, mate.config) if mate is not None else []
@@ -272,6 +278,9 @@ def section(runs: Sequence[ValRun], baseline: str = BASELINE) -> str:
         lines += ["", "Fewer than two validation steps common to every run: no gains to report."]
         return "\n".join(lines) + "\n"
     lines += ["", *gains_lines(runs, spans), *paired_lines(runs, spans, baseline)]
+    estimator, ablation_base = ABLATION
+    if {estimator, ablation_base} <= {r.estimator for r in runs}:
+        lines += paired_lines(runs, spans, ablation_base, only=[estimator])
     twice = duplicates(runs)
     if twice:
         lines += ["", f"**Several runs share an estimator and seed** ({', '.join(twice)}): statistics keep the last."]
@@ -295,17 +304,20 @@ def gains_lines(runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]]) ->
     return lines
 
 
-def paired_lines(runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]], baseline: str) -> list[str]:
-    """Per estimator and metric: its gain minus the baseline's on the same seed, over seeds."""
-    paired, notes = partners(runs, baseline)
+def paired_lines(
+    runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]], baseline: str, only: Sequence[str] | None = None
+) -> list[str]:
+    """Per estimator (`only`, default all) and metric: its gain minus the baseline's on the same seed, over seeds."""
+    paired, notes = partners(runs, baseline, only)
     lines = []
     if paired:
+        why = " drmas and pooled differ only in drmas's per-agent statistics." if baseline == ABLATION[1] else ""
         lines += [
             "",
             f"### Paired against {baseline}",
             "",
             f"Per seed, the estimator's gain minus {baseline}'s gain, for runs of the same seed whose configs are "
-            "equal but for the estimator (same data order and initial weights). Mean and t-interval over seeds.",
+            f"equal but for the estimator (same data order and initial weights). Mean and t-interval over seeds.{why}",
             "",
             STAT_HEAD.format("comparison"),
             "|---" * 8 + "|",

@@ -325,6 +325,26 @@ def test_paired_runs_across_trainer_versions_name_the_new_fields(tmp_path):
     assert note in text
 
 
+def test_drmas_is_also_paired_against_pooled_the_per_agent_statistics_alone(tmp_path):
+    report = load("report")
+
+    def run(est, seed, first, last):
+        val = {0: _val(first, first, first), 2: _val(last, last, last)}
+        return write_run(tmp_path / f"{est}{seed}", est, [1, 1], [0, 0], seed=seed, val=val)
+
+    runs = [run("grpo", 0, 0.30, 0.35), run("grpo", 1, 0.40, 0.40)]  # gains +0.05, 0
+    runs += [run("pooled", 0, 0.30, 0.50), run("pooled", 1, 0.40, 0.50)]  # +0.20, +0.10
+    runs += [run("drmas", 0, 0.30, 0.45), run("drmas", 1, 0.40, 0.55)]  # +0.15, +0.15
+    text = report.write_report(runs, tmp_path / "out", title="T").read_text()
+    assert "| pooled - grpo | val/avg@1 | 0 -> 2 | 2 | s0 +0.150, s1 +0.100 | +0.125 |" in text
+    assert "### Paired against pooled" in text and "differ only in drmas's per-agent statistics" in text
+    assert "| drmas - pooled | val/avg@1 | 0 -> 2 | 2 | s0 -0.050, s1 +0.050 | +0.000 |" in text
+    assert "| grpo - pooled |" not in text
+    # without pooled runs there is nothing to pair drmas with
+    alone = report.write_report(runs[:2] + runs[4:], tmp_path / "alone", title="T").read_text()
+    assert "Paired against pooled" not in alone and "| drmas - grpo |" in alone
+
+
 def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
     report = load("report")
     first = write_run(tmp_path / "g0", "grpo", [1] * 4, [0] * 4)
