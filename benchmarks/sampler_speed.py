@@ -75,16 +75,18 @@ def end_to_end_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     backend = tb.TransformersBackend(model, tokenizer, max_batch_size=batch)
     batch_prompts = prompts(tokenizer, batch)
     rates: dict[tuple, list[float]] = {}
-    for _ in range(repeats):
-        for name, rule in RULES.items():
-            tb._filter_top_p = rule  # the backend's sampler looks the filter up at call time
-            for temperature, top_p in ((0.7, 1.0), (0.6, 0.95)):
-                sampling = [SamplingParams(temperature, top_p, new_tokens)] * batch
-                t0 = time.perf_counter()
-                gens = backend.generate(batch_prompts, sampling, seed=0)
-                rate = sum(len(g.response_ids) for g in gens) / (time.perf_counter() - t0)
-                rates.setdefault((temperature, top_p, name), []).append(rate)
-    tb._filter_top_p = RULES["probe"]
+    try:
+        for _ in range(repeats):
+            for name, rule in RULES.items():
+                tb._filter_top_p = rule  # the backend's sampler looks the filter up at call time
+                for temperature, top_p in ((0.7, 1.0), (0.6, 0.95)):
+                    sampling = [SamplingParams(temperature, top_p, new_tokens)] * batch
+                    t0 = time.perf_counter()
+                    gens = backend.generate(batch_prompts, sampling, seed=0)
+                    rate = sum(len(g.response_ids) for g in gens) / (time.perf_counter() - t0)
+                    rates.setdefault((temperature, top_p, name), []).append(rate)
+    finally:
+        tb._filter_top_p = RULES["probe"]
     out = ["| sampling | probe tok/s | full sort tok/s |", "|---|---|---|"]
     for temperature, top_p in ((0.7, 1.0), (0.6, 0.95)):
         cells = [", ".join(f"{r:.1f}" for r in rates[(temperature, top_p, n)]) for n in RULES]

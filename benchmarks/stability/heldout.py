@@ -24,6 +24,7 @@ BASELINE = "grpo"
 # Second pairing, the ablation: drmas and pooled both weight every call and differ only in drmas's
 # per-agent statistics, so drmas - pooled isolates them (pooled - grpo isolates the per-call weighting).
 ABLATION = ("drmas", "pooled")
+ABLATION_WHY = " drmas and pooled differ only in drmas's per-agent statistics."
 LEVEL = 0.95
 MARKERS = ["o", "s", "^", "v", "D", "P"]  # one per seed in a panel
 # What may differ between a run and its baseline partner: the estimator itself, where it is written,
@@ -280,7 +281,7 @@ def section(runs: Sequence[ValRun], baseline: str = BASELINE) -> str:
     lines += ["", *gains_lines(runs, spans), *paired_lines(runs, spans, baseline)]
     estimator, ablation_base = ABLATION
     if {estimator, ablation_base} <= {r.estimator for r in runs}:
-        lines += paired_lines(runs, spans, ablation_base, only=[estimator])
+        lines += paired_lines(runs, spans, ablation_base, only=[estimator], why=ABLATION_WHY)
     twice = duplicates(runs)
     if twice:
         lines += ["", f"**Several runs share an estimator and seed** ({', '.join(twice)}): statistics keep the last."]
@@ -305,13 +306,19 @@ def gains_lines(runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]]) ->
 
 
 def paired_lines(
-    runs: Sequence[ValRun], spans: Mapping[str, tuple[int, int]], baseline: str, only: Sequence[str] | None = None
+    runs: Sequence[ValRun],
+    spans: Mapping[str, tuple[int, int]],
+    baseline: str,
+    only: Sequence[str] | None = None,
+    why: str = "",
 ) -> list[str]:
-    """Per estimator (`only`, default all) and metric: its gain minus the baseline's on the same seed, over seeds."""
+    """Per estimator (`only`, default all) and metric: its gain minus the baseline's on the same seed, over seeds.
+
+    `why`: a sentence added to the section's explanation (what the pairing isolates).
+    """
     paired, notes = partners(runs, baseline, only)
     lines = []
     if paired:
-        why = " drmas and pooled differ only in drmas's per-agent statistics." if baseline == ABLATION[1] else ""
         lines += [
             "",
             f"### Paired against {baseline}",
