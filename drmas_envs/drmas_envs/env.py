@@ -4,10 +4,11 @@ One agent acts at a time (the workflow's turn order). Rewards are given once, at
 env is their one source: the trainer and `evaluate` read them from the final infos, never re-derive.
 
 - Each call: `infos[agent]["calls"][i]` = {`agent`, `valid`, `error`, `penalty`, `bonus`, `reward`,
-  `correct`}: `penalty` is `format_penalty[agent]` when the call was malformed, else 0; `bonus` is the
+  `correct`, `stratum`}: `penalty` is `format_penalty[agent]` when the call was malformed, else 0; `bonus` is the
   workflow's extra reward for that call (`Score.call_bonus`, usually 0); `reward` is the team reward
   minus the penalty plus the bonus (the per-call reward Dr. MAS trains on); `correct` is the team's
-  outcome, the same for every call of the episode.
+  outcome, the same for every call of the episode; `stratum` is the workflow's label of the
+  situation the call acted in (`Score.call_stratum`, usually None), a fact that never changes a reward.
 - Each agent (what `agent_iter()`/`last()` sees): the team reward minus the sum of its calls'
   penalties plus the sum of their bonuses.
 - The outcome (`infos[agent]["correct"]`): `Score.correct` when the workflow sets it, else team
@@ -181,7 +182,13 @@ class WorkflowEnv(AECEnv):
                 f"{type(self.workflow).__name__}.score(): call_bonus has {len(bonus)} entries for "
                 f"{len(history)} calls; give one per call or none"
             )
-        calls = [self._call_entry(c, team, correct, b) for c, b in zip(history, bonus, strict=True)]
+        strata = tuple(score.call_stratum) or (None,) * len(history)
+        if len(strata) != len(history):
+            raise ValueError(
+                f"{type(self.workflow).__name__}.score(): call_stratum has {len(strata)} entries for "
+                f"{len(history)} calls; give one per call or none"
+            )
+        calls = [self._call_entry(c, team, correct, b, s) for c, b, s in zip(history, bonus, strata, strict=True)]
         n_calls = {a: sum(c.role == a for c in history) for a in self.agents}
         n_bad = {a: sum(c.role == a and not c.parsed.valid for c in history) for a in self.agents}
         summary = {
@@ -202,8 +209,8 @@ class WorkflowEnv(AECEnv):
             self.truncations[a] = truncated
         self.agent_selection = self.agents[0]
 
-    def _call_entry(self, call: Call, team: float, correct: bool, bonus: float) -> dict[str, Any]:
-        """One call's entry in `infos["calls"]`: its validity, penalty, bonus, reward and the team's outcome."""
+    def _call_entry(self, call: Call, team: float, correct: bool, bonus: float, stratum: str | None) -> dict[str, Any]:
+        """One call's entry in `infos["calls"]`: validity, penalty, bonus, reward, the team's outcome, stratum."""
         penalty = 0.0 if call.parsed.valid else self.format_penalty[call.role]
         return {
             "agent": call.role,
@@ -213,6 +220,7 @@ class WorkflowEnv(AECEnv):
             "bonus": bonus,
             "reward": team - penalty + bonus,
             "correct": correct,
+            "stratum": stratum,
         }
 
     def render(self) -> str | None:

@@ -79,6 +79,10 @@ class Score:
         call_bonus: an extra reward per call, in `history` order (empty: none), added to that call's
             reward and its agent's; for an agent-specific term beside the shared reward (the math team's
             `verdict_reward`). It never changes the outcome.
+        call_stratum: a label per call, in `history` order (empty: none; None for an unlabelled call),
+            naming the situation the call acted in when its reward's base rate depends on it (the math
+            Verifier's: "right" or "wrong", the grade of the attempt it reviewed). A fact for learners
+            that balance over it (`drmas-train`'s `algo.balance_strata`); it never changes a reward.
 
     """
 
@@ -86,6 +90,7 @@ class Score:
     info: dict[str, Any] = field(default_factory=dict)
     correct: bool | None = None
     call_bonus: tuple[float, ...] = ()
+    call_stratum: tuple[str | None, ...] = ()
 
     @property
     def outcome(self) -> bool:

@@ -32,6 +32,10 @@ Choices where the paper and its reference code are silent or differ:
 - ``norm_by_std=False`` keeps the mean subtraction only (Dr. GRPO style).
 - Rewards must be finite; ids may be ints or strings; an episode may not span two prompt groups.
 
+`strata_weights` (opt-in, `algo.balance_strata`) scales an agent's advantages so that every stratum
+the env labels (the math Verifier's calls on right vs wrong attempts) carries the same total weight
+in a step: a departure from the paper, explained in its docstring.
+
 `advantage_stats` gives the per-agent moments of the advantages (mean, std, mean of A^2) under the
 estimator in use and under a global one, the mechanism the paper names: with one baseline per group,
 E[A^2 | agent k] ~ (sigma_k^2 + (mu_k - mu)^2) / sigma^2, which is large for an agent whose reward
@@ -198,6 +202,44 @@ def compute_advantages(
             ep_adv = leave_one_out(scores, ep_groups)
         adv = ep_adv[call_to_ep]
     return _like(adv, rewards)
+
+
+def strata_weights(agent_ids: Any, strata: Sequence[str | None]) -> np.ndarray:
+    """Per-call weights that give every stratum of an agent the same total weight in one step.
+
+    For agent k with labelled calls in the strata s of the step, each with n_ks calls, a call in s
+    weighs min_s' n_ks' / n_ks: the rarest stratum keeps weight 1 and the others are scaled down to
+    its total. Unlabelled calls (stratum None) and an agent seen in one stratum only keep weight 1.
+
+    Why: the math Verifier's right verdict is "reject" on a wrong attempt and "approve" on a right
+    one. While most attempts are wrong, a Verifier that cannot yet tell them apart is pushed toward
+    "reject" by the base rate alone and collapses to it (README). With both strata weighted equally
+    that push cancels for any policy that acts the same in both, and what is left is the part that
+    tells the strata apart. Weights only shrink (never amplify a rare call's advantage), so one
+    lucky call cannot dominate a step; the cost is a slower learner while the strata are unbalanced.
+
+    Args:
+        agent_ids: one agent id per call.
+        strata: one label per call (None: unlabelled), as the env reports (`infos["calls"][i]["stratum"]`).
+
+    Returns:
+        One weight in (0, 1] per call, to multiply its advantage by.
+
+    """
+    a = _to_numpy(agent_ids, "agent_ids")
+    if len(strata) != len(a):
+        raise ValueError(f"lengths differ: agent_ids {len(a)}, strata {len(strata)}")
+    w = np.ones(len(a), dtype=np.float64)
+    labelled = [(str(ag), s, i) for i, (ag, s) in enumerate(zip(a.tolist(), strata)) if s is not None]
+    for agent in dict.fromkeys(ag for ag, _, _ in labelled):
+        rows: dict[str, list[int]] = {}
+        for ag, s, i in labelled:
+            if ag == agent:
+                rows.setdefault(str(s), []).append(i)
+        rarest = min(len(r) for r in rows.values())
+        for r in rows.values():
+            w[r] = rarest / len(r)
+    return w
 
 
 def agent_moments(values: Any, agent_ids: Any) -> dict[str, dict[str, float]]:

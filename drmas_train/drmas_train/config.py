@@ -103,6 +103,11 @@ class AlgoConfig:
     """drmas (per prompt group and agent: the paper), grpo (the baseline), pooled (the ablation), rloo."""
     norm_by_std: bool = True
     """Divide by the group std (paper: on); off keeps the mean subtraction only."""
+    balance_strata: bool = False
+    """Scale each agent's advantages so every stratum the env labels carries equal weight in a step
+    (math-2agent: the Verifier's calls on right vs wrong attempts), so the base rate of wrong attempts
+    does not push an undiscriminating Verifier to reject everything. Not in the paper (off); the cpu
+    preset turns it on (`advantages.strata_weights`)."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:

@@ -7,6 +7,9 @@ Keys:
 - per agent: `reward/<agent>`, `valid/<agent>` (well-formed share), `calls/<agent>` (calls per
   episode), `response_tokens/<agent>` (mean response length), `truncated/<agent>` (share of calls
   that hit max_new_tokens);
+- where the env reports verdicts on graded attempts (math-2agent): `approve_right` / `approve_wrong`,
+  how often the Verifier approved a right / wrong attempt this step; with `algo.balance_strata`,
+  `balance/<agent>/<stratum>`, the weight the step gave that stratum's advantages;
 - per model: `grad_norm/<model>` (pre-clip: the stability metric) and `learner/<model>/<key>` for
   the rest of the learner's figures (loss, clip_frac, entropy, skipped, ...);
 - `tokens/generated`, `tokens/per_s` (generation throughput), `mem/peak_rss_mb`; the trainer adds
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from drmas_envs import EpisodeResult
 from drmas_train.rollout import RolloutBatch
 from drmas_train.runlog import peak_rss_mb
 
@@ -62,4 +66,23 @@ def step_metrics(
     row["tokens/per_s"] = generated / batch.gen_seconds if batch.gen_seconds > 0 else 0.0
     row["time/generate"] = batch.gen_seconds
     row["mem/peak_rss_mb"] = peak_rss_mb()
+    row.update(verdict_metrics(batch.episodes))
     return row
+
+
+def verdict_metrics(results: Sequence[EpisodeResult], prefix: str = "") -> dict[str, float]:
+    """Approval rates of reviewed attempts that are right / wrong (envs reporting verdicts and graded attempts)."""
+    approve: dict[bool, list[bool]] = {True: [], False: []}
+    for res in results:
+        verdicts, attempts = res.info.get("verdicts"), res.info.get("attempts_correct")
+        if verdicts is None or attempts is None:
+            continue
+        for verdict, attempt_right in zip(verdicts, attempts):  # review i follows attempt i
+            if verdict is not None:  # None: the attempt was not reviewed
+                approve[bool(attempt_right)].append(verdict == "approve")
+    out = {}
+    if approve[True]:
+        out[f"{prefix}approve_right"] = float(np.mean(approve[True]))
+    if approve[False]:
+        out[f"{prefix}approve_wrong"] = float(np.mean(approve[False]))
+    return out

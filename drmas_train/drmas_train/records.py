@@ -26,6 +26,8 @@ class CallRecord:
         temperature: the temperature the call sampled at (0: greedy). The learner scores the
             response under softmax(logits / temperature), as the engine that sampled it did
             (`score_temperature`), so the PPO ratio is 1 on-policy at any temperature.
+        stratum: the env's label of the situation the call acted in (the math Verifier's: the grade
+            of the attempt it reviewed); None for most calls (`algo.balance_strata`).
 
     """
 
@@ -44,6 +46,7 @@ class CallRecord:
     text: str = ""
     extra: dict = field(default_factory=dict)
     temperature: float = 1.0
+    stratum: str | None = None
 
     @property
     def score_temperature(self) -> float:

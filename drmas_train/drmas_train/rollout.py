@@ -207,5 +207,6 @@ def assign_rewards(records: Sequence[CallRecord], result: EpisodeResult) -> None
     for record, call in zip(records, calls):
         record.valid = bool(call["valid"])
         record.reward = float(call["reward"])
+        record.stratum = call.get("stratum")
         if call.get("error"):
             record.extra["error"] = call["error"]

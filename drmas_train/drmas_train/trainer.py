@@ -242,12 +242,19 @@ class Trainer:
         rewards = np.array([r.reward for r in recs], dtype=np.float64)
         algo = self.cfg.algo
         adv = adv_mod.compute_advantages(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std)
+        out: dict[str, float] = {}
+        if algo.balance_strata:
+            weights = adv_mod.strata_weights(ids["agent_ids"], [r.stratum for r in recs])
+            adv = adv * weights
+            for r, w in zip(recs, weights):
+                if r.stratum is not None:
+                    out[f"balance/{r.agent}/{r.stratum}"] = float(w)
         for r, a in zip(recs, adv):
             r.advantage = float(a)
         stats_fn = getattr(adv_mod, "advantage_stats", None)
-        if stats_fn is None:
-            return {}
-        return stats_fn(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std, advantages=adv)
+        if stats_fn is not None:
+            out.update(stats_fn(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std, advantages=adv))
+        return out
 
     def validate(self) -> dict[str, float]:
         """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""

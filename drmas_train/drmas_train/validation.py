@@ -29,6 +29,7 @@ import numpy as np
 import drmas_envs
 from drmas_envs import EpisodeResult
 from drmas_train.backends.base import SamplingParams
+from drmas_train.metrics import verdict_metrics
 from drmas_train.models.assignment import Policy
 from drmas_train.records import CallRecord
 from drmas_train.rollout import rollout
@@ -151,26 +152,8 @@ def _sampled_metrics(
         if mine:
             row[f"val/valid/{agent}"] = float(np.mean([c.valid for c in mine]))
             row[f"val/response_tokens/{agent}"] = float(np.mean([len(c.response_ids) for c in mine]))
-    row.update(_verdict_metrics(results))
+    row.update(verdict_metrics(results, prefix="val/"))
     return row
-
-
-def _verdict_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
-    """Approval rates of reviewed attempts that are right / wrong (envs reporting verdicts and graded attempts)."""
-    approve: dict[bool, list[bool]] = {True: [], False: []}
-    for res in results:
-        verdicts, attempts = res.info.get("verdicts"), res.info.get("attempts_correct")
-        if verdicts is None or attempts is None:
-            continue
-        for verdict, attempt_right in zip(verdicts, attempts):  # review i follows attempt i
-            if verdict is not None:  # None: the attempt was not reviewed
-                approve[bool(attempt_right)].append(verdict == "approve")
-    out = {}
-    if approve[True]:
-        out["val/approve_right"] = float(np.mean(approve[True]))
-    if approve[False]:
-        out["val/approve_wrong"] = float(np.mean(approve[False]))
-    return out
 
 
 def validate(

@@ -120,6 +120,7 @@ class Graded(Workflow):
             dict(self.task.get("info", {})),
             correct=self.task.get("right"),
             call_bonus=tuple(self.task.get("bonus", ())),
+            call_stratum=tuple(self.task.get("stratum", ())),
         )
 
 
@@ -145,6 +146,7 @@ def test_outcome_is_score_correct_else_reward_at_least_one(task, correct):
             "bonus": 0.0,
             "reward": task["credit"] - 0.25,
             "correct": correct,
+            "stratum": None,
         }
     ]
     assert rewards["solver"] == task["credit"] - 0.25
@@ -162,6 +164,17 @@ def test_a_call_bonus_of_the_wrong_length_is_an_error():
     env = WorkflowEnv(Graded, [{"q": "a", "credit": 1.0, "bonus": [0.5, 0.5]}])
     env.reset()
     with pytest.raises(ValueError, match="call_bonus has 2 entries for 1 calls"):
+        env.step("ok")
+
+
+def test_a_call_stratum_is_reported_per_call_and_changes_no_reward():
+    env = WorkflowEnv(Graded, [{"q": "a", "credit": 1.0, "stratum": ["easy"]}])
+    rewards, infos = aec_play(env, {"solver": ["ok"]}, options={"task_index": 0})
+    assert per_call(infos["solver"], "stratum") == [("solver", "easy")]
+    assert rewards["solver"] == 1.0 and per_call(infos["solver"], "reward") == [("solver", 1.0)]
+    env = WorkflowEnv(Graded, [{"q": "a", "credit": 1.0, "stratum": ["x", "y"]}])
+    env.reset()
+    with pytest.raises(ValueError, match="call_stratum has 2 entries for 1 calls"):
         env.step("ok")
 
 

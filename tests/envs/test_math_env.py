@@ -120,6 +120,22 @@ def test_review_malformed_off_skips_the_verifier_for_an_attempt_without_an_answe
     assert order == ["solver", "verifier", "solver"] and res.info["verdicts"] == ["reject"]
 
 
+def test_each_verifier_call_is_labelled_with_the_grade_of_the_attempt_it_reviewed():
+    # A wrong attempt rejected, then a right one approved (3 loops): the Verifier's calls carry the
+    # reviewed attempts' grades; Solver calls carry none. The label never changes a reward.
+    script = {"solver": [WRONG, RIGHT], "verifier": [REJECT, APPROVE]}
+    res, order = play("math-2agent", script, max_loops=3)
+    assert order == ["solver", "verifier", "solver", "verifier"]
+    assert [c["stratum"] for c in res.info["calls"]] == [None, "wrong", None, "right"]
+    assert res.rewards == {"solver": 1.0, "verifier": 1.0}
+    # With review_malformed off, a skipped attempt has no review, and the labels stay aligned.
+    script = {"solver": ["no box", RIGHT, WRONG], "verifier": [REJECT]}
+    res, _ = play("math-2agent", script, review_malformed=False, max_loops=3)
+    assert [c["stratum"] for c in res.info["calls"]] == [None, None, "right", None]
+    res, _ = play("math-1agent", {"solver": [RIGHT]})
+    assert [c["stratum"] for c in res.info["calls"]] == [None]
+
+
 def test_conflicting_verdict_tags_are_malformed():
     res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": ["<verify>approve</verify> <verify>reject</verify>"]})
     assert res.info["malformed_per_agent"]["verifier"] == 1

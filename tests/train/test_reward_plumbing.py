@@ -143,7 +143,9 @@ def check_same_rewards(batch, make_env, tasks, reply):
     for e, episode in enumerate(batch.episodes):
         calls, aec_rewards, info = aec_episode(make_env(), reply, tasks[e // GROUP])
         records = [r for r in batch.records if r.episode_id == e]
-        assert [(r.agent, r.reward, r.valid) for r in records] == [(c["agent"], c["reward"], c["valid"]) for c in calls]
+        assert [(r.agent, r.reward, r.valid, r.stratum) for r in records] == [
+            (c["agent"], c["reward"], c["valid"], c["stratum"]) for c in calls
+        ]
         assert episode.info["calls"] == calls and episode.rewards == aec_rewards
         for agent, reward in aec_rewards.items():  # AEC reward = team - the sum of the agent's calls' penalties
             penalties = sum(c["penalty"] for c in calls if c["agent"] == agent)
@@ -173,6 +175,9 @@ def test_math_2agent_rejected_solver_same_rewards_both_loops(tmp_path, tokenizer
     for e, calls in enumerate(seen):
         case = int(re.search(r"Case (\d+)", problems[tasks[e // GROUP]]["problem"]).group(1))
         assert calls == EXPECTED_MATH[case % 4]
+        # the Verifier's call carries the grade of the attempt it reviewed (only mode 0's is right)
+        strata = [r.stratum for r in batch.records if r.episode_id == e]
+        assert strata == [None, "right" if case % 4 == 0 else "wrong"] + [None] * (len(strata) - 2)
     assert {r.agent for r in batch.records if not r.valid} == {"solver", "verifier"}
 
 
@@ -221,7 +226,9 @@ def test_real_tiny_model_rollout_replayed_through_the_aec_loop(tmp_path, env_id,
         )
         assert not texts
         records = [r for r in batch.records if r.episode_id == e]
-        assert [(r.agent, r.reward, r.valid) for r in records] == [(c["agent"], c["reward"], c["valid"]) for c in calls]
+        assert [(r.agent, r.reward, r.valid, r.stratum) for r in records] == [
+            (c["agent"], c["reward"], c["valid"], c["stratum"]) for c in calls
+        ]
         assert episode.rewards == rewards
     counts = [len([r for r in batch.records if r.episode_id == e]) for e in range(len(batch.episodes))]
     assert max(counts) >= 3  # some agent called more than once in some episode

@@ -9,9 +9,10 @@ import yaml
 from drmas_envs import EpisodeResult
 from drmas_train.backends import resolve_backend
 from drmas_train.config import build_config
+from drmas_train.metrics import verdict_metrics
 from drmas_train.records import CallRecord
 from drmas_train.trainer import Trainer
-from drmas_train.validation import EvalConfig, _sampled_metrics, _verdict_metrics
+from drmas_train.validation import EvalConfig, _sampled_metrics
 
 
 def _trainer(tmp_path, **overrides):
@@ -88,8 +89,8 @@ def test_verdict_metrics_judge_each_review_against_the_attempt_it_reviewed():
         # an attempt skipped without review (review_malformed off): not counted
         EpisodeResult(infos={"a": {"verdicts": [None], "attempts_correct": [False, True]}}),
     ]
-    row = _verdict_metrics(results)
-    assert row == {"val/approve_right": 0.5, "val/approve_wrong": 0.5}
+    assert verdict_metrics(results, prefix="val/") == {"val/approve_right": 0.5, "val/approve_wrong": 0.5}
+    assert verdict_metrics(results) == {"approve_right": 0.5, "approve_wrong": 0.5}  # the training step's
 
 
 def test_eval_schedule():

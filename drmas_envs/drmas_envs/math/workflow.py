@@ -32,6 +32,10 @@ are right (rejecting a right attempt costs nothing when the retry is right too),
 Verifier collapses to one verdict for every attempt; with SmolLM2-135M it collapsed with the verdict
 reward as well (README).
 
+Each Verifier call carries a stratum (`Score.call_stratum`): "right" or "wrong", the grade of the
+attempt it reviewed. A learner can balance over it (`drmas-train`'s `algo.balance_strata`) so that a
+Verifier which cannot yet tell the two apart is not pushed toward the majority verdict.
+
 The score's facts (`infos`) also grade every attempt (`attempts_correct`, so a verdict can be judged
 against the attempt it reviewed) and the last number of the last attempt, boxed or not
 (`loose_correct`: does the model know the answer, format aside); neither changes the reward.
@@ -131,7 +135,9 @@ class MathSolo(Workflow):
             "attempts_correct": attempts,
             "loose_correct": loose_correct,
         }
-        return Score(float(correct), info, call_bonus=self._verdict_bonus(attempts))
+        return Score(
+            float(correct), info, call_bonus=self._verdict_bonus(attempts), call_stratum=self._review_strata(attempts)
+        )
 
     def _reviews(self) -> list[tuple[int, int]]:
         """(attempt index, history index) of each Verifier call: a review judges the latest attempt."""
@@ -151,6 +157,13 @@ class MathSolo(Workflow):
         for attempt, i in self._reviews():
             out[attempt] = self.history[i].parsed.value
         return out
+
+    def _review_strata(self, attempts: list[bool]) -> tuple[str | None, ...]:
+        """Each Verifier call's stratum: "right" or "wrong", the grade of the attempt it reviewed."""
+        strata: list[str | None] = [None] * len(self.history)
+        for attempt, i in self._reviews():
+            strata[i] = "right" if attempts[attempt] else "wrong"
+        return tuple(strata)
 
     def _verdict_bonus(self, attempts: list[bool]) -> tuple[float, ...]:
         """`verdict_reward` for each well-formed Verifier call whose verdict matches the attempt it reviewed."""
