@@ -136,6 +136,43 @@ def test_each_verifier_call_is_labelled_with_the_grade_of_the_attempt_it_reviewe
     assert [c["stratum"] for c in res.info["calls"]] == [None]
 
 
+@pytest.mark.parametrize(
+    "solver, verifier, verdict, order",
+    [
+        ([RIGHT], ["2 + 3 = 5. \\boxed{5}"], "approve", ["solver", "verifier"]),
+        ([RIGHT], ["\\boxed{\\frac{10}{2}}"], "approve", ["solver", "verifier"]),  # graded, not string-matched
+        ([WRONG, RIGHT], ["\\boxed{5}"], "reject", ["solver", "verifier", "solver"]),
+        ([RIGHT, RIGHT], ["\\boxed{4}"], "reject", ["solver", "verifier", "solver"]),  # a wrong check rejects
+        (["no box", RIGHT], ["\\boxed{5}"], "reject", ["solver", "verifier", "solver"]),  # nothing to approve
+    ],
+)
+def test_a_recomputing_verifier_approves_iff_its_own_answer_equals_the_attempts(solver, verifier, verdict, order):
+    res, got = play(
+        "math-2agent", {"solver": solver, "verifier": verifier}, verifier_mode="recompute", verdict_reward=1.0
+    )
+    assert got == order and res.info["verdicts"] == [verdict]
+    right_verdict = (verdict == "approve") == res.info["attempts_correct"][0]
+    assert res.rewards["verifier"] == pytest.approx(res.info["team_reward"] + right_verdict)
+    assert res.info["calls"][1]["valid"] is True
+
+
+def test_a_recomputing_verifier_does_not_see_the_attempt_and_without_an_answer_is_malformed():
+    env = drmas_envs.make("math-2agent", verifier_mode="recompute")
+    env.reset(options={"task": TASK})
+    env.step("I think the answer is \\boxed{6}")
+    obs = env.observe("verifier")
+    assert "What is $2 + 3$?" in obs["user"] and "6" not in obs["user"] + obs["system"].split("Example")[0]
+    assert obs["reply_prefix"] == ""
+    # No answer in the check: malformed, penalised, and counted as missing_verdict (approve by default).
+    res, order = play("math-2agent", {"solver": [RIGHT], "verifier": ["looks fine"]}, verifier_mode="recompute")
+    assert order == ["solver", "verifier"] and res.info["verdicts"] == ["approve"]
+    assert res.rewards["verifier"] == pytest.approx(0.9) and res.info["malformed_per_agent"]["verifier"] == 1
+    with pytest.raises(ValueError, match="verifier_mode"):
+        drmas_envs.make("math-2agent", verifier_mode="vote")
+    with pytest.raises(ValueError, match="verdict_first"):
+        drmas_envs.make("math-2agent", verifier_mode="recompute", verdict_first=True)
+
+
 def test_conflicting_verdict_tags_are_malformed():
     res, _ = play("math-2agent", {"solver": [RIGHT], "verifier": ["<verify>approve</verify> <verify>reject</verify>"]})
     assert res.info["malformed_per_agent"]["verifier"] == 1

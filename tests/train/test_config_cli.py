@@ -67,7 +67,7 @@ def test_switching_env_drops_the_presets_env_options():
 
 
 def test_switching_env_drops_the_presets_agent_settings():
-    assert build_config("cpu").agents["verifier"].max_new_tokens == 8  # math's verdict-only Verifier
+    assert build_config("cpu").agents["verifier"].stop == ["}"]  # math's recomputing Verifier
     assert build_config("cpu", {"env.id": "search-3agent"}).agents == {}  # not search's Verifier
     kept = build_config("cpu", {"env.id": "search-3agent", "agents.answer.max_new_tokens": 64})
     assert set(kept.agents) == {"answer"}

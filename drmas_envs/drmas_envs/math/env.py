@@ -23,6 +23,8 @@ from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
 from drmas_envs.math.workflow import MathWorkflowFactory
 from drmas_envs.workflow import PromptTemplate
 
+VERIFIER_MODES = ("judge", "recompute")
+
 
 @dataclass
 class MathEnvConfig:
@@ -60,6 +62,11 @@ class MathEnvConfig:
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
     the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way, and with
     1.0 as well (README). The `cpu` preset sets 1.0."""
+    verifier_mode: str = "judge"
+    """How the Verifier decides. "judge" (the paper): it reads the attempt and writes a verdict tag.
+    "recompute": it solves the problem itself without seeing the attempt (`prompts.VERIFIER_RECOMPUTE`),
+    and the attempt is approved iff the two answers are equivalent: checking by solving again, for
+    models too small to judge (the cpu preset; README). Not combinable with `verdict_first`."""
     review_malformed: bool = True
     """Show a malformed Solver attempt (no answer box) to the Verifier, as the paper does; False skips its
     review and asks for the next attempt at once, so the Verifier only judges answers (its `verdicts`
@@ -86,6 +93,12 @@ class MathEnvConfig:
             raise ValueError(f"max_loops must be at least 1, got {self.max_loops}")
         if self.missing_verdict not in VERDICTS:
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {self.missing_verdict!r}")
+        if self.verifier_mode not in VERIFIER_MODES:
+            raise ValueError(f"verifier_mode must be one of {VERIFIER_MODES}, got {self.verifier_mode!r}")
+        if self.verifier_mode == "recompute" and self.verdict_first:
+            raise ValueError(
+                "verdict_first applies to verifier_mode 'judge' (a recomputing Verifier writes no verdict)"
+            )
         if self.verdict_reward < 0:
             raise ValueError(f"verdict_reward must be >= 0, got {self.verdict_reward}")
         if self.max_context_chars < 0:
@@ -130,6 +143,8 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
     prompts = _templates(cfg.prompts)
     if cfg.verdict_first and cfg.n_agents == 2:
         prompts.setdefault("verifier", P.VERIFIER_VERDICT_FIRST)
+    if cfg.verifier_mode == "recompute" and cfg.n_agents == 2:
+        prompts.setdefault("verifier", P.VERIFIER_RECOMPUTE)
     factory = MathWorkflowFactory(
         n_agents=cfg.n_agents,
         grade=_grader(cfg),
@@ -138,6 +153,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         max_context_chars=cfg.max_context_chars,
         verdict_reward=cfg.verdict_reward,
         review_malformed=cfg.review_malformed,
+        verifier_mode=cfg.verifier_mode,
     )
     unknown = set(prompts) - set(factory.roles)
     if unknown:

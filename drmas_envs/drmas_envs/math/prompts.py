@@ -65,6 +65,19 @@ VERIFIER_VERDICT_FIRST = PromptTemplate(
     reply_prefix="<verify>",
 )
 
+# `make(..., verifier_mode="recompute")`: the Verifier solves the problem without seeing the attempt; the
+# env approves the attempt iff the answers agree. The attempt is left out on purpose: a Verifier that can
+# read it can copy its answer, which approves everything.
+VERIFIER_RECOMPUTE = PromptTemplate(
+    system=(
+        "You are the Verifier in a math team. The Solver has answered the problem below. Check it by "
+        "solving the problem yourself: the Solver's answer is approved if it equals yours. Solve step by "
+        "step, then give your final answer in \\boxed{}.\n\nExample:\nProblem: What is $2 + 5$?\n"
+        "Check: 2 + 5 = 7. The final answer is \\boxed{7}."
+    ),
+    user="Problem:\n{problem}\n\nSolve the problem to check the Solver's answer. End with your answer in \\boxed{{}}.",
+)
+
 DEFAULT_PROMPTS = {"solver": SOLVER, "verifier": VERIFIER}
 
 HISTORY_HEADER = "Your team's work so far:\n\n"

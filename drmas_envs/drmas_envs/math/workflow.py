@@ -19,6 +19,13 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
   disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
   the paper's code; "reject" asks for another attempt).
 
+With `verifier_mode = "recompute"` (the paper's is "judge": a verdict tag) the Verifier does not
+judge the attempt: it solves the problem itself, without seeing the attempt, and its answer decides
+the verdict: approve iff it is equivalent to the attempt's answer (an attempt without an answer is
+rejected; a Verifier reply without an answer is malformed and counts as `missing_verdict`). Checking
+by solving again, for models too small to judge: SmolLM2-135M judging collapsed to one verdict for
+every attempt, while it learns to solve level 1 (README).
+
 With `review_malformed = False` (True by default, as in the paper) a malformed attempt is not
 shown to the Verifier: the next attempt follows at once (the last attempt still ends the episode).
 The Verifier then only judges answers (meant to keep it from learning that "reject" is right merely
@@ -72,8 +79,10 @@ class MathSolo(Workflow):
         max_context_chars: int = 4000,
         verdict_reward: float = 0.0,
         review_malformed: bool = True,
+        verifier_mode: str = "judge",
     ):
         super().__init__(task, prompts=prompts)
+        self.verifier_mode = verifier_mode
         self.review_malformed = review_malformed
         self.grade = grade
         self.max_loops = max_loops
@@ -88,8 +97,19 @@ class MathSolo(Workflow):
         if role == "solver":
             answer, error = extract_answer(text)
             return Parsed(answer is not None, answer, error)
+        if self.verifier_mode == "recompute":
+            return self._recomputed_verdict(text)
         verdict, error = extract_verdict(text)
         return Parsed(verdict is not None, verdict if verdict is not None else self.missing_verdict, error)
+
+    def _recomputed_verdict(self, text: str) -> Parsed:
+        """The verdict of a Verifier that solved the problem itself: approve iff its answer equals the attempt's."""
+        answer, error = extract_answer(text)
+        if answer is None:
+            return Parsed(False, self.missing_verdict, error)
+        attempt = self.calls_of("solver")[-1].parsed
+        agrees = attempt.valid and bool(self.grade(answer, str(attempt.value)))
+        return Parsed(True, "approve" if agrees else "reject")
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         return None
@@ -201,6 +221,7 @@ class MathWorkflowFactory:
     max_context_chars: int = 4000
     verdict_reward: float = 0.0
     review_malformed: bool = True
+    verifier_mode: str = "judge"
 
     @property
     def workflow_class(self) -> type[MathSolo]:
@@ -225,4 +246,5 @@ class MathWorkflowFactory:
             max_context_chars=self.max_context_chars,
             verdict_reward=self.verdict_reward,
             review_malformed=self.review_malformed,
+            verifier_mode=self.verifier_mode,
         )
