@@ -23,6 +23,7 @@ PANELS = [
     ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
     ("pre-clip gradient norm", ["grad_norm/shared"]),
 ]
+VERDICTS = ("Verifier: approval of right / wrong attempts", ["approve_right", "approve_wrong"])
 VALIDATION = (
     "held-out validation (before step 1 and every eval.every steps)",
     ("val/avg@", "val/pass@", "val/answer_acc"),
@@ -37,7 +38,8 @@ def main() -> None:
     args = p.parse_args()
     rows = [json.loads(line) for line in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
     val_keys = sorted({k for r in rows for k in r if k.startswith(VALIDATION[1])})
-    panels = PANELS + ([(VALIDATION[0], val_keys)] if val_keys else [])
+    has_verdicts = any(k in r for r in rows for k in VERDICTS[1])
+    panels = PANELS + ([VERDICTS] if has_verdicts else []) + ([(VALIDATION[0], val_keys)] if val_keys else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     for ax, (title, keys) in zip(axes, panels):
         for key in keys:
