@@ -95,21 +95,27 @@ def _handler(script):
                 script.in_flight += 1
                 script.max_in_flight = max(script.max_in_flight, script.in_flight)
             try:
-                time.sleep(script.delay)
-                if user.startswith("FLAKY") and attempt <= int(user.split()[1]):
-                    return self._send(503, {"error": {"message": "busy"}})
-                if user == "SLOW":
-                    time.sleep(1.0)
-                if user == "BAD":
-                    return self._send(400, {"error": {"message": "this model does not exist", "code": 404}})
-                if user == "GARBAGE":
-                    return self._send(200, b"<html>not json</html>", raw=True)
-                content = None if user == "NULL" else f"{body['messages'][0]['content']}|{user}"
-                choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-                return self._send(200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+                reply = self._reply(user, attempt, body)
             finally:
+                # Out of flight before the reply is written: a client that gets it may send its next
+                # request at once, and must not find this one still counted.
                 with script.lock:
                     script.in_flight -= 1
+            self._send(*reply)
+
+        def _reply(self, user, attempt, body):
+            time.sleep(script.delay)
+            if user.startswith("FLAKY") and attempt <= int(user.split()[1]):
+                return 503, {"error": {"message": "busy"}}
+            if user == "SLOW":
+                time.sleep(1.0)
+            if user == "BAD":
+                return 400, {"error": {"message": "this model does not exist", "code": 404}}
+            if user == "GARBAGE":
+                return 200, b"<html>not json</html>", True
+            content = None if user == "NULL" else f"{body['messages'][0]['content']}|{user}"
+            choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            return 200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
 
     return Handler
 
