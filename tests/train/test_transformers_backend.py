@@ -236,11 +236,11 @@ def _nucleus_by_full_sort(logits, top_p):
 
 @pytest.mark.parametrize("scale", [1.0, 8.0])  # flat rows: nucleus past the probe (full sort); peaked: inside it
 def test_top_p_filter_keeps_the_nucleus_of_a_full_sort_and_top_p_one_keeps_all(scale):
-    from drmas_train.backends.transformers_backend import NUCLEUS_PROBE, _filter_top_p
+    from drmas_train.backends.nucleus import NUCLEUS_PROBE, filter_top_p
 
     logits = torch.randn(8, 49152, generator=torch.Generator().manual_seed(0)) * scale
     top_p = torch.tensor([0.95, 1.0, 0.5, 0.9] * 2)
-    kept = _filter_top_p(logits, top_p) > float("-inf")
+    kept = filter_top_p(logits, top_p) > float("-inf")
     filtered = top_p < 1
     assert torch.equal(kept[filtered], _nucleus_by_full_sort(logits[filtered], top_p[filtered]))
     sizes = kept[filtered].sum(-1)

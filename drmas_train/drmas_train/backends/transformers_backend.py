@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
+from drmas_train.backends.nucleus import filter_top_p
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
 
@@ -50,36 +51,6 @@ def eos_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
     extra = getattr(gen, "eos_token_id", None) if gen is not None else None
     ids.update([extra] if isinstance(extra, int) else (extra or []))
     return ids
-
-
-NUCLEUS_PROBE = 256
-"""Tokens searched first for a row's top-p nucleus; rows whose nucleus is larger are sorted whole."""
-
-
-def _filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Mask the tail of each row's distribution beyond cumulative probability `top_p[row]`.
-
-    A token is dropped when the mass of the tokens more likely than it already reaches top_p (the top
-    token always stays). Rows with top_p >= 1 are left as they are, and the nucleus is looked for among
-    each row's `NUCLEUS_PROBE` most likely tokens before falling back to sorting the whole vocabulary:
-    a full sort of a 49k-152k vocabulary per decoding step was most of the sampler's time on a CPU
-    (docs/scaling.md). The kept set is the same either way: every token outside the probe is dropped
-    when the probe's mass reaches top_p.
-    """
-    rows = (top_p < 1).nonzero().squeeze(-1)
-    if rows.numel() == 0:
-        return logits
-    sub, p = logits[rows], top_p[rows, None]
-    probs = sub.softmax(-1)
-    top, order = probs.topk(min(NUCLEUS_PROBE, probs.shape[-1]), dim=-1)
-    cum = top.cumsum(-1)
-    if top.shape[-1] < probs.shape[-1] and bool((cum[:, -1:] < p).any()):
-        top, order = probs.sort(descending=True, dim=-1)
-        cum = top.cumsum(-1)
-    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, (cum - top) < p)
-    out = logits.clone()
-    out[rows] = sub.masked_fill(~keep, float("-inf"))
-    return out
 
 
 def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -108,7 +79,7 @@ def sample_next(
     greedy = logits.argmax(-1)
     scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
     logprobs = torch.log_softmax(scaled, dim=-1)
-    probs = _filter_top_p(scaled, top_p).softmax(-1)
+    probs = filter_top_p(scaled, top_p).softmax(-1)
     sampled = _inverse_cdf(probs, uniforms)
     tokens = torch.where(temperature <= 0, greedy, sampled)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
