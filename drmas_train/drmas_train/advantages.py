@@ -230,15 +230,12 @@ def strata_weights(agent_ids: Any, strata: Sequence[str | None]) -> np.ndarray:
     if len(strata) != len(a):
         raise ValueError(f"lengths differ: agent_ids {len(a)}, strata {len(strata)}")
     w = np.ones(len(a), dtype=np.float64)
-    labelled = [(str(ag), s, i) for i, (ag, s) in enumerate(zip(a.tolist(), strata)) if s is not None]
-    for agent in dict.fromkeys(ag for ag, _, _ in labelled):
-        rows: dict[str, list[int]] = {}
-        for ag, s, i in labelled:
-            if ag == agent:
-                rows.setdefault(str(s), []).append(i)
-        rarest = min(len(r) for r in rows.values())
-        for r in rows.values():
-            w[r] = rarest / len(r)
+    cells = {k: rows for k, rows in _group_index(_keys(a, np.array(strata, dtype=object))).items() if k[1] is not None}
+    rarest: dict[Hashable, int] = {}
+    for (agent, _), rows in cells.items():
+        rarest[agent] = min(rarest.get(agent, len(rows)), len(rows))
+    for (agent, _), rows in cells.items():
+        w[rows] = rarest[agent] / len(rows)
     return w
 
 

