@@ -29,8 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def cpu_line() -> str:
     """The CPU model, its widest vector extension and the core count (from /proc/cpuinfo where present)."""
@@ -126,6 +124,8 @@ def main(argv: list[str] | None = None) -> str:
     trainer = Trainer(build_config(args.preset, overrides))
     try:
         backends = {id(pol.backend): pol.backend for pol in trainer.serving.values()}
+        if args.prefill and not all(hasattr(b, "llm") for b in backends.values()):
+            raise SystemExit("--prefill times vLLM's prefix cache: run it with the vllm backend (models.backend)")
         logs = [CallLog(b) for b in backends.values()]
         extra: list[str] = []
         t0 = time.perf_counter()

@@ -5,6 +5,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "validation_cost.py"
 
 
@@ -29,3 +31,9 @@ def test_report_lists_every_engine_call_of_one_validation(tmp_path):
     assert f"; {new_tokens} generated tokens" in text
     assert "| op | self CPU s | share |" in text
     assert "load average before" in text and "cores" in text
+
+
+def test_prefill_asks_for_the_vllm_backend_before_validating(tmp_path):
+    bench = load()
+    with pytest.raises(SystemExit, match="vllm backend"):
+        bench.main(["--preset", "smoke", "--set", f"log.run_dir={tmp_path / 'run'}", "--prefill"])
