@@ -37,6 +37,9 @@ from pathlib import Path
 import numpy as np
 import requests
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_line  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or ROOT.parent / "shared" / "data")
 OUT = ROOT / "benchmarks" / "results" / "service_load.md"
@@ -205,13 +208,6 @@ def versions() -> str:
     return ", ".join(found)
 
 
-def cpu() -> str:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
-    avx2 = " (AVX2)" if " avx2" in info else ""
-    return f"{model or 'unknown CPU'}{avx2}, {os.cpu_count()} cores"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=200)
@@ -272,7 +268,7 @@ def main() -> None:
         f"- identical in all {len(rows)} runs, both servers: {same}",
         "",
         f"Packages: {versions()} (uvicorn picks httptools and uvloop when installed).",
-        f"Machine: {cpu()}, shared with other jobs (other sessions' tests ran on "
+        f"Machine: {cpu_line()}, shared with other jobs (other sessions' tests ran on "
         "the same cores; the load averages above show it).",
         "",
         f"Reproduce: `.venv/bin/{cmd}`",

@@ -22,27 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-
-def cpu_line() -> str:
-    """The CPU model, its widest vector extension and the core count (from /proc/cpuinfo where present)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and ":" in line:
-                flags = set(line.split(":", 1)[1].split())
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    extra = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {isa}{' (' + ', '.join(extra) + ')' if extra else ''}, {os.cpu_count()} cores"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_line  # noqa: E402
 
 
 class CallLog:
