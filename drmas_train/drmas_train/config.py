@@ -54,7 +54,10 @@ class ModelsConfig:
     or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers; ~100x slower on
     AVX2-only CPUs without native bf16)."""
     gen_dtype: str | None = None
-    """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`."""
+    """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`; auto:
+    bfloat16 where bf16 matmul is native (a GPU, or a CPU with AVX512_BF16 / AMX: 1.6x faster sampling
+    measured), else `dtype` (the run logs which and writes it to config.yaml). The learner keeps `dtype` and
+    scores the sampled tokens itself; `learner/<model>/sampler_kl` shows how far the two disagree."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     backend: str = "auto"

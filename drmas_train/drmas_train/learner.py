@@ -139,8 +139,9 @@ class Learner:
         Returns:
             grad_norm (pre-clip, max over this update's optimizer steps), grad_norm/<group> for
             named param groups, loss, pg_loss, entropy, kl (when on), clip_frac, dual_clip_frac,
-            ratio_mean, ratio_max (token-weighted over the update), n_tokens, n_samples,
-            n_opt_steps, skipped (the number of skipped optimizer steps).
+            ratio_mean, ratio_max (token-weighted over the update), sampler_kl (with recomputed old
+            log-probs: how far the engine's sampling distribution is from the learner's, per token),
+            n_tokens, n_samples, n_opt_steps, skipped (the number of skipped optimizer steps).
 
         """
         cfg = self.config
@@ -220,7 +221,8 @@ class Learner:
             total = total * 0.0
         total.backward()
         if metrics is not None:
-            metrics.add_tokens(maskf, loss=loss, pg=pg, ent=out.entropy, kl=kl, info=info)
+            gap = _sampler_kl(micro, old_logp, out.mask) if cfg.old_logprobs == "recompute" else None
+            metrics.add_tokens(maskf, loss=loss, pg=pg, ent=out.entropy, kl=kl, info=info, sampler_kl=gap)
 
     def _clip_and_step(self) -> tuple[float, dict[str, float]]:
         """Pre-clip global grad norm; skip the step when it is not finite."""
@@ -316,6 +318,18 @@ class Learner:
         """Restore what `state_dict` saved (under FSDP every rank gets the same whole state)."""
         self.strategy.load_optimizer_state(self.optimizer, state["optimizer"])
         self.steps = int(state["steps"])
+
+
+def _sampler_kl(records: Sequence[CallRecord], old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """Per-token k3 estimate of KL(sampler || learner) on the sampled tokens, or None without sampling log-probs.
+
+    Zero when the engine and the learner compute the same distribution (fp32 on both); a bf16 engine
+    (`models.gen_dtype`) makes it positive. The reference (verl) logs the same gap as rollout_probs_diff.
+    """
+    if any(len(r.logprobs) != len(r.response_ids) for r in records):
+        return None
+    sampled = _sampled_logprobs(records, old_logp.shape, old_logp.device)
+    return kl_k3(sampled, torch.where(mask, old_logp.detach(), sampled))
 
 
 def _sampled_logprobs(records: Sequence[CallRecord], shape: torch.Size, device) -> torch.Tensor:

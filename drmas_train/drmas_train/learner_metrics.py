@@ -9,7 +9,7 @@ import torch
 
 from drmas_train.distributed import DataParallel
 
-_METRIC_KEYS = ("loss", "pg_loss", "entropy", "ratio_mean", "clip_frac", "dual_clip_frac", "kl")
+_METRIC_KEYS = ("loss", "pg_loss", "entropy", "ratio_mean", "clip_frac", "dual_clip_frac", "kl", "sampler_kl")
 
 
 class UpdateMetrics:
@@ -23,8 +23,8 @@ class UpdateMetrics:
         self.group_norms: dict[str, float] = {}
         self.skipped = 0
 
-    def add_tokens(self, maskf, *, loss, pg, ent, kl, info) -> None:
-        """Add one micro-batch's per-token values ([B, R] each, `maskf` marking real tokens)."""
+    def add_tokens(self, maskf, *, loss, pg, ent, kl, info, sampler_kl=None) -> None:
+        """Add one micro-batch's per-token values ([B, R] each, `maskf` marking real tokens; None: not measured)."""
         with torch.no_grad():
             parts = {"loss": loss, "pg_loss": pg, "ratio_mean": info["ratio"]}
             parts.update(clip_frac=info["clipped"], dual_clip_frac=info["dual_clipped"])
@@ -32,6 +32,8 @@ class UpdateMetrics:
                 parts["entropy"] = ent
             if kl is not None:
                 parts["kl"] = kl
+            if sampler_kl is not None:
+                parts["sampler_kl"] = sampler_kl
             for key, val in parts.items():
                 self.sums[key] = self.sums.get(key, 0.0) + float((val.float() * maskf).sum())
             self.tokens += int(maskf.sum())

@@ -50,7 +50,8 @@ from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config
 from drmas_train.metrics import step_metrics
-from drmas_train.models.assignment import agent_to_policy
+from drmas_train.models.assignment import agent_to_policy, pick_device
+from drmas_train.models.engine import resolve_gen_dtype
 from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
@@ -98,6 +99,12 @@ class Trainer:
         self.workers: Workers | None = None
         self.runlog: RunLog | None = None
         cfg.models.backend = resolve_backend(cfg.models.backend)  # config.yaml records the engine used
+        if not self.placed:  # placed engines resolve "auto" on their own machines
+            models = cfg.models
+            device_type = pick_device(models.device).type
+            models.gen_dtype = resolve_gen_dtype(
+                models.gen_dtype, dtype=models.dtype, backend=models.backend, device_type=device_type
+            )
         try:
             self._build_policies()
             self.serving = agent_to_policy(self.policies)

@@ -204,6 +204,22 @@ def test_sampled_old_logprobs_and_several_optimizer_steps(model):
             Learner(copy.deepcopy(model), PPOConfig(old_logprobs="sampled")).update(bad)
 
 
+def test_sampler_kl_measures_how_far_the_engine_is_from_the_learner(model):
+    records = random_records(6, model.config.vocab_size, seed=6)
+    with torch.no_grad():
+        for r in records:
+            r.logprobs = direct_logprobs(model, r.prompt_ids, r.response_ids).tolist()
+    same = Learner(copy.deepcopy(model), PPOConfig(lr=1e-3)).update(records)
+    assert same["sampler_kl"] == pytest.approx(0.0, abs=1e-6)  # an engine computing the learner's distribution
+    delta = 0.3  # an engine that gives every sampled token 0.3 nats more than the learner does
+    for r in records:
+        r.logprobs = [x + delta for x in r.logprobs]
+    shifted = Learner(copy.deepcopy(model), PPOConfig(lr=1e-3, micro_batch_size=2)).update(records)
+    # k3 with learner - engine = -0.3 on every token: exp(-0.3) + 0.3 - 1 = 0.040818
+    assert shifted["sampler_kl"] == pytest.approx(math.exp(-delta) + delta - 1, rel=1e-4)
+    assert "sampler_kl" not in Learner(copy.deepcopy(model), PPOConfig(old_logprobs="sampled")).update(records)
+
+
 def test_per_agent_lora_adapters_get_their_own_lr_and_grad_norms(model):
     peft = pytest.importorskip("peft")
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)

@@ -334,7 +334,9 @@ class VLLMBackend:
                 (a subset is fine: only the named parameters change).
 
         """
-        weights = self._with_tied_head([(name, t.detach()) for name, t in named_tensors])
+        # Cast once here (a no-op when the dtypes agree): vLLM would cast each tensor itself, warning for every one.
+        dtype = self.llm.llm_engine.model_config.dtype
+        weights = self._with_tied_head([(name, t.detach().to(dtype)) for name, t in named_tensors])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         # KV blocks cached for shared prompt prefixes were computed with the old weights.
         self.llm.reset_prefix_cache()

@@ -22,7 +22,7 @@ import torch
 
 from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import Backend
-from drmas_train.models.engine import EngineConfig, check_model_len
+from drmas_train.models.engine import EngineConfig, check_model_len, resolve_gen_dtype
 from drmas_train.models.resolve import resolve_model
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,11 @@ def make_backend(
         if max_model_len is None:
             raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")
         lora = lora_rank is not None
+        gen_dtype = resolve_gen_dtype(
+            cfg.gen_dtype, dtype=cfg.dtype, backend=kind, device_type=pick_device(cfg.device).type
+        )
         vcfg = VLLMConfig(
-            dtype=cfg.gen_dtype or cfg.dtype,
+            dtype=gen_dtype or cfg.dtype,
             max_model_len=max_model_len,
             max_num_seqs=engine.max_num_seqs,
             enable_prefix_caching=engine.enable_prefix_caching,
