@@ -324,7 +324,8 @@ def _sampler_kl(records: Sequence[CallRecord], old_logp: torch.Tensor, mask: tor
     """Per-token k3 estimate of KL(sampler || learner) on the sampled tokens, or None without sampling log-probs.
 
     Zero when the engine and the learner compute the same distribution (fp32 on both); a bf16 engine
-    (`models.gen_dtype`) makes it positive. The reference (verl) logs the same gap as rollout_probs_diff.
+    (`models.gen_dtype`) makes it positive. verl logs the same gap as a probability difference
+    (`training/rollout_probs_diff_mean`).
     """
     if any(len(r.logprobs) != len(r.response_ids) for r in records):
         return None
