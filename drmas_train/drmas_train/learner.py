@@ -323,7 +323,7 @@ class Learner:
 def _sampler_kl(records: Sequence[CallRecord], old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
     """Per-token k3 estimate of KL(sampler || learner) on the sampled tokens, or None without sampling log-probs.
 
-    Zero when the engine and the learner compute the same distribution (fp32 on both); a bf16 engine
+    About zero when the engine and the learner compute the same distribution (fp32 on both); a bf16 engine
     (`models.gen_dtype`) makes it positive. verl logs the same gap as a probability difference
     (`training/rollout_probs_diff_mean`).
     """
