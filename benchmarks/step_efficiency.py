@@ -35,6 +35,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from machine import cpu_model  # noqa: E402
 from step_efficiency_report import render  # noqa: E402
 
 ROWS = (
@@ -154,13 +155,6 @@ def run_row(row: str, args: argparse.Namespace, spec: dict[str, Any]) -> dict[st
     return {**out, **json.loads(result.read_text()), "peak_rss_mb": peak}
 
 
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
@@ -220,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([".venv/bin/python", "benchmarks/step_efficiency.py", *(argv or sys.argv[1:])]),
         "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "commit": _commit(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "threads": args.threads,
         "load_start": _load(),

@@ -46,7 +46,7 @@ def test_drmas_and_floor_rows_end_to_end_on_the_tiny_model(tmp_path):
     assert floor["steps"][0]["time/generate"] > 0 and floor["steps"][0]["time/update"] > 0
     assert drmas["peak_rss_mb"] > 100 and floor["peak_rss_mb"] > 100  # polled: torch alone is more
     text = (tmp_path / "se.md").read_text()
-    assert bench._cpu_model() in text and "Load average" in text
+    assert bench.cpu_model() in text and "Load average" in text
     assert "| drmas-transformers | " in text and "| floor | " in text
     assert "- step vs the plain floor (drmas-transformers / floor): " in text and "x, target <= 0.75" in text
 
