@@ -119,17 +119,16 @@ def build_engine(kind: str, args, folder: Path, tokenizer, model, device: str):
     import torch
 
     if kind == "vllm":
-        from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+        from drmas_train.backends.vllm_backend import VLLMBackend
+        from drmas_train.config import EngineConfig
 
-        vcfg = VLLMConfig(
-            dtype="bfloat16",
+        engine = EngineConfig(
             max_model_len=args.prompt_tokens + args.response_tokens,
-            load_format="dummy",
             gpu_memory_utilization=args.gpu_memory_utilization,
             kv_cache_gib=0.25 if device == "cpu" else None,
             enforce_eager=True if args.eager else None,
         )
-        backend = VLLMBackend(folder, vcfg, tokenizer=tokenizer)
+        backend = VLLMBackend(folder, engine, dtype="bfloat16", load_format="dummy", tokenizer=tokenizer)
 
         def raw(prompts):
             from vllm import SamplingParams, TokensPrompt

@@ -55,9 +55,10 @@ def build(backend: str, path: Path):
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         return TransformersBackend(model, tokenizer)
-    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+    from drmas_train.backends.vllm_backend import VLLMBackend
+    from drmas_train.config import EngineConfig
 
-    return VLLMBackend(path, VLLMConfig(max_model_len=2048, kv_cache_gib=0.5), tokenizer=tokenizer)
+    return VLLMBackend(path, EngineConfig(max_model_len=2048, kv_cache_gib=0.5), tokenizer=tokenizer)
 
 
 class EngineBench:

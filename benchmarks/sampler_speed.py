@@ -104,14 +104,15 @@ def vllm_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     from vllm.v1.sample.ops import topk_topp_sampler as ops
 
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+    from drmas_train.backends.vllm_backend import VLLMBackend
+    from drmas_train.config import EngineConfig
     from drmas_train.models.resolve import resolve_model
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from rollout_throughput import prompts
 
     path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-    backend = VLLMBackend(path, VLLMConfig(max_model_len=1024, max_num_seqs=batch))
+    backend = VLLMBackend(path, EngineConfig(max_model_len=1024, max_num_seqs=batch))
     installed = ops.apply_top_k_top_p
     rules = {"probe": installed, "vLLM's full sort": installed.vllm_rule}
     batch_prompts = prompts(AutoTokenizer.from_pretrained(path), batch)

@@ -44,12 +44,14 @@ mean sits far from the group's; per-agent statistics keep it near 1 for every ag
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-ESTIMATORS = ("drmas", "grpo", "pooled", "rloo")
+from drmas_train.config import Estimator, choices
+
 EPS = 1e-6
 UNBIASED_STD = True
 
@@ -154,7 +156,7 @@ def compute_advantages(
     group_ids: Any,
     agent_ids: Any,
     episode_ids: Any,
-    estimator: str = "drmas",
+    estimator: Estimator = "drmas",
     norm_by_std: bool = True,
 ) -> Any:
     """Compute one advantage per model call.
@@ -164,7 +166,7 @@ def compute_advantages(
         group_ids: per-call prompt-group ids.
         agent_ids: per-call logical agent ids (e.g. "solver").
         episode_ids: per-call episode ids (unique across groups).
-        estimator: one of "drmas", "grpo", "pooled", "rloo" (see the module docstring).
+        estimator: a key of `ESTIMATORS` (see the module docstring).
         norm_by_std: divide by the std of the key's samples (ignored by "rloo").
 
     Returns:
@@ -176,7 +178,7 @@ def compute_advantages(
 
     """
     if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {tuple(ESTIMATORS)}")
     r = _to_numpy(rewards, "rewards").astype(np.float64)
     g = _to_numpy(group_ids, "group_ids")
     a = _to_numpy(agent_ids, "agent_ids")
@@ -190,18 +192,52 @@ def compute_advantages(
     if len(r) == 0:
         return _like(np.zeros(0), rewards)
 
-    if estimator == "drmas":
-        adv = normalize_groups(r, _keys(g, a), norm_by_std=norm_by_std)
-    elif estimator == "pooled":
-        adv = normalize_groups(r, _keys(g), norm_by_std=norm_by_std)
-    else:
-        scores, ep_groups, call_to_ep = episode_scores(r, g, e)
-        if estimator == "grpo":
-            ep_adv = normalize_groups(scores, ep_groups, norm_by_std=norm_by_std)
-        else:
-            ep_adv = leave_one_out(scores, ep_groups)
-        adv = ep_adv[call_to_ep]
+    adv = ESTIMATORS[estimator].fn(r, g, a, e, norm_by_std)
     return _like(adv, rewards)
+
+
+def _per_call(by_agent: bool) -> Callable[..., np.ndarray]:
+    """Every call a sample, keyed by prompt group (and agent)."""
+
+    def fn(r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray, norm_by_std: bool) -> np.ndarray:
+        return normalize_groups(r, _keys(g, a) if by_agent else _keys(g), norm_by_std=norm_by_std)
+
+    return fn
+
+
+def _per_episode(leave_out: bool) -> Callable[..., np.ndarray]:
+    """One score per episode (its calls' mean reward), normalised in its group or leave-one-out."""
+
+    def fn(r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray, norm_by_std: bool) -> np.ndarray:
+        scores, ep_groups, call_to_ep = episode_scores(r, g, e)
+        if leave_out:
+            return leave_one_out(scores, ep_groups)[call_to_ep]
+        return normalize_groups(scores, ep_groups, norm_by_std=norm_by_std)[call_to_ep]
+
+    return fn
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One advantage estimator: its function and the help line the CLI shows."""
+
+    fn: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], np.ndarray]
+    """(rewards, group ids, agent ids, episode ids, norm_by_std) -> one advantage per call."""
+    help: str
+    """One line: what the key is and what the estimator is for."""
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "drmas": EstimatorSpec(_per_call(by_agent=True), "per (prompt group, agent), every call a sample: the paper"),
+    "grpo": EstimatorSpec(_per_episode(leave_out=False), "per prompt group over episode scores: the baseline"),
+    "pooled": EstimatorSpec(_per_call(by_agent=False), "per prompt group, every call a sample: the ablation"),
+    "rloo": EstimatorSpec(_per_episode(leave_out=True), "episode score minus the group's other episodes' mean"),
+}
+"""The estimators by name, the table the CLI, the config check and the docs read; its keys are exactly
+the values of `drmas_train.config.Estimator` (checked at import)."""
+
+if tuple(ESTIMATORS) != choices(Estimator):
+    raise ImportError(f"advantages.ESTIMATORS {tuple(ESTIMATORS)} != config.Estimator {choices(Estimator)}")
 
 
 def strata_weights(agent_ids: Any, strata: Sequence[str | None]) -> np.ndarray:

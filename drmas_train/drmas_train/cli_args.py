@@ -18,10 +18,9 @@ from rich.markup import escape
 
 from drmas_envs import DataError
 from drmas_train.advantages import ESTIMATORS
-from drmas_train.config import ASSIGNMENTS, BACKENDS, list_presets, parse_assignment
-from drmas_train.config_help import PLAIN_FLAGS, iter_fields, render
+from drmas_train.config import list_presets, parse_assignment
+from drmas_train.config.help import PLAIN_FLAGS, field_choices, iter_fields, render
 from drmas_train.extras import MissingExtraError
-from drmas_train.placement import MODES
 
 USAGE = (
     "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"
@@ -67,11 +66,29 @@ def train_parser() -> ArgParser:
     p.add_argument("--preset", default=None, help="a shipped preset or a YAML file (default: cpu)")
     p.add_argument("--env", default=None, help="env.id: a registered env id (e.g. math-2agent) or module:factory")
     p.add_argument("--steps", type=int, default=None, help="training steps")
-    p.add_argument("--estimator", default=None, choices=ESTIMATORS, help="advantage estimator (algo.estimator)")
-    p.add_argument("--assignment", default=None, choices=ASSIGNMENTS, help="agents -> models (models.assignment)")
+    estimators = "; ".join(f"{name}: {spec.help}" for name, spec in ESTIMATORS.items())
+    p.add_argument(
+        "--estimator",
+        default=None,
+        choices=field_choices("algo.estimator"),
+        help=f"advantage estimator (algo.estimator). {estimators}",
+    )
+    p.add_argument(
+        "--assignment",
+        default=None,
+        choices=field_choices("models.assignment"),
+        help="agents -> models (models.assignment)",
+    )
     p.add_argument("--model", default=None, help="models.name: HF id, local folder, or tiny")
-    p.add_argument("--backend", default=None, choices=BACKENDS, help="generation engine (models.backend)")
-    p.add_argument("--placement", default=None, choices=MODES, help="where the models run (placement.mode)")
+    p.add_argument(
+        "--backend", default=None, choices=field_choices("models.backend"), help="generation engine (models.backend)"
+    )
+    p.add_argument(
+        "--placement",
+        default=None,
+        choices=field_choices("placement.mode"),
+        help="where the models run (placement.mode)",
+    )
     p.add_argument("--ray-address", default=None, help='join this Ray cluster ("auto", "ray://head:10001")')
     p.add_argument("--run-dir", default=None, help="where logs and checkpoints go (log.run_dir)")
     p.add_argument("--seed", type=int, default=None, help="seed of data order, sampling and init")

@@ -15,7 +15,7 @@ from typing import Any
 from drmas_envs import evaluate
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import load_checkpoint
-from drmas_train.config import BACKENDS, ModelsConfig, build_config
+from drmas_train.config import BackendName, ModelsConfig, build_config, choices
 from drmas_train.models.assignment import agent_to_policy, build_policies
 from drmas_train.rollout import chat_prompt
 
@@ -40,7 +40,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-episodes", type=int, default=64, help="episodes run in lock-step at once")
     p.add_argument("--seed", type=int, default=0, help="problem order and sampling seed")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument("--backend", default="auto", choices=BACKENDS, help="generation engine; auto: vllm where it imports")
+    p.add_argument(
+        "--backend", default="auto", choices=choices(BackendName), help="generation engine; auto: vllm where it imports"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env option (YAML value)")
     return p

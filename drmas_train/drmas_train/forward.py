@@ -29,12 +29,11 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from drmas_train.config import Forward, choices
 from drmas_train.loss import make_batch
 from drmas_train.prefix_tree import pack_prefix_tree, tree_length
 from drmas_train.records import CallRecord
 
-FORWARDS = ("auto", "plain", "shared_prefix")
-"""The learner's forward strategies (`PPOConfig.forward`)."""
 AUTO_MAX_TREE_SHARE = 0.75
 """"auto" packs a micro-batch when its tree has at most this share of the padded batch's tokens."""
 ENTROPY = ("off", "metric", "loss")
@@ -55,10 +54,10 @@ def _attn_implementation(model: torch.nn.Module) -> str:
     return str(getattr(model.config, "_attn_implementation", None) or "eager")
 
 
-def choose_forward(model: torch.nn.Module, records: Sequence[CallRecord], forward: str) -> str:
+def choose_forward(model: torch.nn.Module, records: Sequence[CallRecord], forward: Forward) -> str:
     """The strategy one micro-batch runs with: "plain" or "shared_prefix" (see the module doc)."""
-    if forward not in FORWARDS:
-        raise ValueError(f"learner forward must be one of {FORWARDS}, got {forward!r}")
+    if forward not in choices(Forward):
+        raise ValueError(f"learner forward must be one of {choices(Forward)}, got {forward!r}")
     maskable = _attn_implementation(model) in _MASKABLE
     if forward == "shared_prefix" and not maskable:
         raise ValueError(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.config import TrainConfig
 from drmas_train.learner import Learner
 from drmas_train.models.assignment import Policy
 
@@ -24,7 +25,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_learner(cfg: Any, policy: Policy, *, dp: Any = None) -> Learner:
+def make_learner(cfg: TrainConfig, policy: Policy, *, dp: Any = None) -> Learner:
     """The learner of one policy; per-agent lr / micro-batch overrides apply to the agent's own policy.
 
     Args:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from drmas_train.config import TrainConfig
 from drmas_train.models.assignment import build_policies
 from drmas_train.policy_ops import load_policy_weights, make_learner, sync_engine
 from drmas_train.records import CallRecord
@@ -26,7 +27,7 @@ from drmas_train.records import CallRecord
 class LocalWorkers:
     """Policies and learners in this process; engines are synced here, after building, updates and loads."""
 
-    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int]):
+    def __init__(self, cfg: TrainConfig, agents: Sequence[str], lora_ranks: dict[str, int]):
         self.policies = build_policies(cfg.models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
         self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
         self.sync_seconds = 0.0
@@ -55,7 +56,7 @@ class LocalWorkers:
 class PlacedWorkers:
     """The Ray workers of a placed run, through their driver-side proxies (`placement.proxies`)."""
 
-    def __init__(self, cfg: Any, agents: Sequence[str], lora_ranks: dict[str, int]):
+    def __init__(self, cfg: TrainConfig, agents: Sequence[str], lora_ranks: dict[str, int]):
         from drmas_train import placement
 
         self.handles: list[Any] = []

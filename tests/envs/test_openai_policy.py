@@ -335,7 +335,9 @@ def _recording(policy, log):
 @pytest.mark.slow
 def test_vllm_serve_gives_the_in_process_results_exactly(vllm_server, vllm_served_model):
     backend_mod = pytest.importorskip("drmas_train.backends.vllm_backend")
-    backend = backend_mod.VLLMBackend(vllm_served_model, backend_mod.VLLMConfig(max_model_len=2048, kv_cache_gib=0.125))
+    from drmas_train.config import EngineConfig
+
+    backend = backend_mod.VLLMBackend(vllm_served_model, EngineConfig(max_model_len=2048, kv_cache_gib=0.125))
     served = OpenAIChatPolicy(vllm_server, "tiny", sampling=ChatSampling(temperature=0.0, max_tokens=24))
     try:
         for env_id, kwargs in [("test-openai-parity", {}), ("math-2agent", {"level": 1, "n_per_level": 20})]:

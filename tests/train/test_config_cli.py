@@ -12,9 +12,8 @@ import pytest
 from drmas_train.advantages import ESTIMATORS
 from drmas_train.cli import main, parse_train_args
 from drmas_train.cli_args import train_parser
-from drmas_train.config import ASSIGNMENTS, TrainConfig, build_config, list_presets, load_preset
-from drmas_train.config_help import PLACEHOLDERS, iter_fields
-from drmas_train.forward import FORWARDS
+from drmas_train.config import Assignment, Forward, TrainConfig, build_config, choices, list_presets, load_preset
+from drmas_train.config.help import PLACEHOLDERS, iter_fields
 from drmas_train.models.resolve import resolve_model
 from drmas_train.models.tiny import build_tiny_model
 
@@ -184,7 +183,7 @@ def test_help_config_lists_every_field_with_a_help_line(capsys):
     assert [k for k in keys if k not in entries] == []
     assert [k for k in keys if not entries[k] or entries[k].startswith("(no description)")] == []
     assert entries["algo.estimator"].endswith(f"Choices: {', '.join(ESTIMATORS)}. Flag: --estimator.")
-    assert entries["learner.forward"].endswith(f"Choices: {', '.join(FORWARDS)}.")
+    assert entries["learner.forward"].endswith(f"Choices: {', '.join(choices(Forward))}.")
     assert "learner.lr: float = 1e-06" in main_output(["--help-config", "learner.lr"], capsys)
 
 
@@ -207,14 +206,14 @@ def test_a_field_without_a_docstring_gets_no_help_line():
     assert docs == {"documented": "Has a help line.", "bare": ""}
 
 
-@pytest.mark.parametrize("flag, choices", [("--estimator", ESTIMATORS), ("--assignment", ASSIGNMENTS)])
-def test_bad_choice_is_rejected_at_parse_time(flag, choices, capsys):
+@pytest.mark.parametrize("flag, allowed", [("--estimator", tuple(ESTIMATORS)), ("--assignment", choices(Assignment))])
+def test_bad_choice_is_rejected_at_parse_time(flag, allowed, capsys):
     with pytest.raises(SystemExit) as done:
         parse_train_args(["--preset", "cpu", flag, "nope"])
     err = capsys.readouterr().err
     assert done.value.code == 2
     assert len(err.strip().splitlines()) == 1 and "invalid choice: 'nope'" in err
-    assert all(repr(c) in err for c in choices)
+    assert all(repr(c) in err for c in allowed)
 
 
 def test_bad_estimator_exits_2_before_any_model_loads(tmp_path):

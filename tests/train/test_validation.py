@@ -8,11 +8,11 @@ import yaml
 
 from drmas_envs import EpisodeResult
 from drmas_train.backends import resolve_backend
-from drmas_train.config import build_config
+from drmas_train.config import EvalConfig, build_config
 from drmas_train.metrics import verdict_metrics
 from drmas_train.records import CallRecord
 from drmas_train.trainer import Trainer
-from drmas_train.validation import EvalConfig, _sampled_metrics
+from drmas_train.validation import _sampled_metrics
 
 
 def _trainer(tmp_path, **overrides):

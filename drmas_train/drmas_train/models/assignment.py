@@ -12,6 +12,7 @@ one agent's LoRA adapter. Four assignments:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ import torch
 
 from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import Backend
-from drmas_train.models.engine import EngineConfig, check_model_len, resolve_gen_dtype
+from drmas_train.config import ModelsConfig
+from drmas_train.models.engine import check_model_len, resolve_gen_dtype
 from drmas_train.models.resolve import resolve_model
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,13 @@ def load_model(name: str, *, dtype: str, device: torch.device) -> tuple[torch.nn
 
 
 def make_backend(
-    kind: str, module: torch.nn.Module, tokenizer: Any, path: Path, cfg: Any, *, lora_rank: int | None = None
+    kind: str,
+    module: torch.nn.Module,
+    tokenizer: Any,
+    path: Path,
+    cfg: ModelsConfig,
+    *,
+    lora_rank: int | None = None,
 ) -> Backend:
     """The generation engine of one module: "transformers" (shares the module) or "vllm".
 
@@ -104,39 +112,28 @@ def make_backend(
 
     """
     kind = resolve_backend(kind)
-    engine = getattr(cfg, "engine", None) or EngineConfig()
-    max_model_len = check_model_len(str(path), path, engine.max_model_len)
+    max_model_len = check_model_len(str(path), path, cfg.engine.max_model_len)
     if kind == "transformers":
         from drmas_train.backends.transformers_backend import TransformersBackend
 
         return TransformersBackend(module, tokenizer, max_batch_size=cfg.max_gen_batch)
     if kind == "vllm":
-        from drmas_train.backends.vllm_backend import VLLMBackend, VLLMConfig
+        from drmas_train.backends.vllm_backend import LoraSlots, VLLMBackend
 
         if max_model_len is None:
             raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")
-        lora = lora_rank is not None
         gen_dtype = resolve_gen_dtype(
             cfg.gen_dtype, dtype=cfg.dtype, backend=kind, device_type=pick_device(cfg.device).type
         )
-        vcfg = VLLMConfig(
-            dtype=gen_dtype or cfg.dtype,
-            max_model_len=max_model_len,
-            max_num_seqs=engine.max_num_seqs,
-            enable_prefix_caching=engine.enable_prefix_caching,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            kv_cache_gib=engine.kv_cache_gib,
-            block_size=engine.block_size,
-            enforce_eager=engine.enforce_eager,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            enable_lora=lora,
-            max_lora_rank=max(lora_rank or 0, 8),
-        )
-        return VLLMBackend(path, vcfg, tokenizer=tokenizer)
+        lora = None if lora_rank is None else LoraSlots(max_rank=max(lora_rank, 8))
+        engine = dataclasses.replace(cfg.engine, max_model_len=max_model_len)
+        return VLLMBackend(path, engine, dtype=gen_dtype or cfg.dtype, lora=lora, tokenizer=tokenizer)
     raise ValueError(f"unknown backend {kind!r}; choose auto, transformers or vllm")
 
 
-def _add_lora(model: torch.nn.Module, agents: Sequence[str], cfg: Any, ranks: dict[str, int]) -> torch.nn.Module:
+def _add_lora(
+    model: torch.nn.Module, agents: Sequence[str], cfg: ModelsConfig, ranks: dict[str, int]
+) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
     def lora_config(agent: str) -> LoraConfig:
@@ -150,7 +147,7 @@ def _add_lora(model: torch.nn.Module, agents: Sequence[str], cfg: Any, ranks: di
 
 
 def build_policies(
-    cfg: Any, agents: Sequence[str], *, seed: int = 0, lora_ranks: dict[str, int] | None = None
+    cfg: ModelsConfig, agents: Sequence[str], *, seed: int = 0, lora_ranks: dict[str, int] | None = None
 ) -> dict[str, Policy]:
     """Build every policy of the assignment in `cfg` (a `ModelsConfig`) for these agents.
 

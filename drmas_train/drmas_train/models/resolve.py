@@ -19,19 +19,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from drmas_train.config import DEFAULT_MODEL
 from drmas_train.extras import require
+from drmas_train.models.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
-SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_ID = DEFAULT_MODEL
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_ENV = "DRMAS_CACHE"
-
-
-def cache_dir() -> Path:
-    """Where converted and tiny models are kept: $DRMAS_CACHE, else ~/.cache/drmas."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "drmas"
-    return Path(root)
 
 
 def smollm2_gguf_path() -> Path | None:

@@ -20,6 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from drmas_train.models.cache import cache_dir
+
 ARCHS = ("llama", "qwen2", "qwen3")
 BUILD_VERSION = 2
 """Part of the cache key: bump it when the build itself changes, so cached folders are rebuilt."""
@@ -252,8 +254,6 @@ def build_tiny_model(
         if sft_chats is not None:
             args["sft_chats"] = hashlib.sha256(json.dumps(sft_chats, sort_keys=True).encode()).hexdigest()[:16]
     if out_dir is None:
-        from drmas_train.models.resolve import cache_dir
-
         key = hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
         out_dir = cache_dir() / "tiny" / f"{arch}-{key}"
     out = Path(out_dir)

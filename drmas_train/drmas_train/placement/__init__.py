@@ -35,18 +35,19 @@ Ray is started locally (with at least as many logical CPUs as the pools ask for)
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.
 Pools are sized in CPUs and GPUs per rank; a rank uses its bundle's devices.
 
-Modules: `config` (pool sizes, modes, which workers), `worker` (the Ray actor), `proxies` (what the
-driver's loop sees), `engines` (engines beside a data-parallel rank 0), `build` (start and free).
+Modules: `pools` (which workers, the pool of each; the sizes are `drmas_train.config.PlacementConfig`),
+`worker` (the Ray actor), `proxies` (what the driver's loop sees), `engines` (engines beside a
+data-parallel rank 0), `build` (start and free).
 """
 
+from drmas_train.config import PlacementConfig, PoolSize
 from drmas_train.placement.build import build_placed, shutdown, start_ray
-from drmas_train.placement.config import MODES, PlacementConfig, PoolSize, placed_workers, pool_sizes, worker_groups
 from drmas_train.placement.engines import ActorBackend, EngineActor
+from drmas_train.placement.pools import placed_workers, pool_sizes, worker_groups
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
 from drmas_train.placement.worker import PolicyWorker
 
 __all__ = [
-    "MODES",
     "ActorBackend",
     "EngineActor",
     "PlacementConfig",

@@ -7,14 +7,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from drmas_train.placement.config import (
-    PlacementConfig,
-    PoolSize,
-    generates,
-    placed_workers,
-    pool_sizes,
-    uses_engine_actors,
-)
+from drmas_train.config import PlacementConfig, PoolSize, TrainConfig
+from drmas_train.placement.pools import generates, placed_workers, pool_sizes, uses_engine_actors
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
 from drmas_train.placement.worker import PolicyWorker
 
@@ -40,7 +34,7 @@ def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = No
 
 
 def build_placed(
-    cfg: Any,
+    cfg: TrainConfig,
     agents: Sequence[str],
     placement: PlacementConfig,
     lora_ranks: dict[str, int] | None = None,

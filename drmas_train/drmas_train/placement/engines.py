@@ -6,11 +6,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from drmas_train.config import ModelsConfig
+
 
 class EngineActor:
     """A vLLM engine in an actor of its own, beside a data-parallel rank 0 (see `ActorBackend`)."""
 
-    def __init__(self, models_cfg: Any, path: str, lora_rank: int | None):
+    def __init__(self, models_cfg: ModelsConfig, path: str, lora_rank: int | None):
         from transformers import AutoTokenizer
 
         from drmas_train.models.assignment import make_backend
@@ -44,7 +46,7 @@ class ActorBackend:
 
 
 def move_vllm_engines_to_actors(
-    policies: dict[str, Any], models_cfg: Any, lora_ranks: dict[str, int], gpus: float
+    policies: dict[str, Any], models_cfg: ModelsConfig, lora_ranks: dict[str, int], gpus: float
 ) -> None:
     """Give each module of this worker a vLLM engine in an `EngineActor` on this worker's bundle.
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drmas_train.placement.config import generates, uses_engine_actors
+from drmas_train.config import PoolStrategy, RolloutRanks, TrainConfig
 from drmas_train.placement.engines import give_engines_their_own_copy, move_vllm_engines_to_actors
+from drmas_train.placement.pools import generates, uses_engine_actors
 
 
 class PolicyWorker:
@@ -14,15 +15,15 @@ class PolicyWorker:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: TrainConfig,
         agents: Sequence[str],
         lora_ranks: dict[str, int],
         threads: int,
         rank: int = 0,
-        strategy: str = "replicate",
+        strategy: PoolStrategy = "replicate",
         world_size: int = 1,
         engine_gpus: float = 0.0,
-        rollout_ranks: str = "all",
+        rollout_ranks: RolloutRanks = "all",
     ):
         import dataclasses
 

@@ -1,10 +1,10 @@
 """`drmas-train --help-config`: every config field, with its type, default and help line.
 
-The help lines are the docstrings written under each dataclass field (config.py, learner.py's
-`PPOConfig`, placement/config.py, ...). Python keeps no such docstrings at run time, so they are
-read from the classes' source with `ast`. Fields whose type is a dataclass are sections and are
-listed recursively; `dict[str, <dataclass>]` fields (per-agent overrides, per-worker pools) are
-listed with a placeholder key, e.g. `agents.<name>.lr`.
+The help lines are the docstrings written under each dataclass field (the modules of this package).
+Python keeps no such docstrings at run time, so they are read from the classes' source with `ast`.
+A field typed with a `Literal` (`drmas_train.config.choices`) lists its choices. Fields whose type
+is a dataclass are sections and are listed recursively; `dict[str, <dataclass>]` fields (per-agent
+overrides, per-worker pools) are listed with a placeholder key, e.g. `agents.<name>.lr`.
 """
 
 from __future__ import annotations
@@ -17,23 +17,12 @@ import json
 import textwrap
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from drmas_train.advantages import ESTIMATORS
-from drmas_train.config import ASSIGNMENTS, BACKENDS, TrainConfig
-from drmas_train.forward import FORWARDS
-from drmas_train.placement import MODES
-
-FIELD_CHOICES: dict[str, Sequence[str]] = {
-    "algo.estimator": ESTIMATORS,
-    "learner.forward": FORWARDS,
-    "models.assignment": ASSIGNMENTS,
-    "models.backend": BACKENDS,
-    "placement.mode": MODES,
-}
-"""Fields with a closed set of values; the tuples are the ones the code validates against."""
+from drmas_train.config.choices import choices
+from drmas_train.config.train import TrainConfig
 
 PLAIN_FLAGS: dict[str, str] = {
     "env.id": "--env",
@@ -65,6 +54,8 @@ class FieldHelp:
     """The default as YAML/JSON text; empty for sections."""
     doc: str
     """The help line: the field's docstring (a section without one: its class docstring)."""
+    choices: tuple[str, ...] = ()
+    """The values a `Literal` field takes (`drmas_train.config.choices`); () for any other field."""
 
 
 @functools.cache
@@ -111,6 +102,8 @@ def type_name(tp: Any) -> str:
         return "Any"
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is typing.Literal:  # its values are listed as the field's choices
+        return type(args[0]).__name__
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in args)
     if origin is not None:
@@ -136,6 +129,11 @@ def _as_text(value: Any) -> str:
         return repr(value)
 
 
+def field_choices(key: str) -> tuple[str, ...]:
+    """The choices of the field at dotted `key` (e.g. "algo.estimator"); () if it has none or no such field."""
+    return next((f.choices for f in iter_fields() if f.key == key), ())
+
+
 def iter_fields(cls: type = TrainConfig, prefix: str = "") -> Iterator[FieldHelp]:
     """Every field of dataclass `cls`, depth first, sections before their fields."""
     hints = typing.get_type_hints(cls)
@@ -154,7 +152,7 @@ def iter_fields(cls: type = TrainConfig, prefix: str = "") -> Iterator[FieldHelp
             yield FieldHelp(key, f"dict[str, {type_name(values[1])}]", "{}", doc or _class_docs(values[1])[0])
             yield from iter_fields(values[1], f"{key}.{PLACEHOLDERS.get(key, '<name>')}.")
             continue
-        yield FieldHelp(key, type_name(tp), _as_text(_default(f)), doc)
+        yield FieldHelp(key, type_name(tp), _as_text(_default(f)), doc, choices(tp))
 
 
 def _dataclass_of(tp: Any) -> type | None:
@@ -173,8 +171,8 @@ def render(prefix: str = "", width: int = 100) -> str:
             continue
         head = item.key + (f" ({item.type})" if item.type == "section" else f": {item.type} = {item.default}")
         extras = []
-        if item.key in FIELD_CHOICES:
-            extras.append(f"Choices: {', '.join(FIELD_CHOICES[item.key])}.")
+        if item.choices:
+            extras.append(f"Choices: {', '.join(item.choices)}.")
         if item.key in PLAIN_FLAGS:
             extras.append(f"Flag: {PLAIN_FLAGS[item.key]}.")
         text = " ".join([item.doc or "(no description)", *extras])

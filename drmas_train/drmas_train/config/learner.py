@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drmas_train.forward import FORWARDS
+from drmas_train.config.choices import Forward, OldLogprobs, check_choices
 
 
 @dataclass
@@ -37,9 +37,9 @@ class PPOConfig:
     """Optimizer steps per epoch (the batch is shuffled and split). Paper: 1."""
     micro_batch_size: int = 4
     """Sequences per forward/backward; lower it to save memory. Gradients are exact whatever its value."""
-    old_logprobs: str = "recompute"
+    old_logprobs: OldLogprobs = "recompute"
     """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
-    forward: str = "auto"
+    forward: Forward = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
     prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens:
     0.55x plain's time on a replayed math-2agent batch, docs/scaling.md). Not in the reference (verl runs
@@ -54,10 +54,7 @@ class PPOConfig:
     """Seeds the mini-batch shuffle (only used when mini_batches > 1)."""
 
     def __post_init__(self) -> None:
-        if self.old_logprobs not in ("recompute", "sampled"):
-            raise ValueError(f"old_logprobs must be 'recompute' or 'sampled', got {self.old_logprobs!r}")
-        if self.forward not in FORWARDS:
-            raise ValueError(f"learner forward must be one of {FORWARDS}, got {self.forward!r}")
+        check_choices(self, "learner")
         if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1:
             raise ValueError("ppo_epochs, mini_batches and micro_batch_size must be >= 1")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):

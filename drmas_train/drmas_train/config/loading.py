@@ -1,0 +1,189 @@
+"""Building a `TrainConfig`: defaults, then a YAML preset, then dotted overrides; and writing it back.
+
+Any field can be set with `--set section.field=value` (YAML syntax for the value) or a dotted flag
+`--section.field value`. Values are checked against the fields' annotations (a `Literal` field only
+takes its choices), and unknown keys are rejected with the known ones named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import yaml
+
+from drmas_train.config.train import TrainConfig
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+T = TypeVar("T")
+
+
+class ConfigSection(Protocol):
+    """Any config dataclass: `TrainConfig` or one of its sections."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """Check and convert a YAML value to the annotated type `tp`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, where)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise TypeError(f"{where}: {value!r} fits none of {tp}: {'; '.join(errors)}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin is dict:
+        _, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): _convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"{where}: expected a list, got {value!r}")
+        args = typing.get_args(tp)
+        item_tp = args[0] if args else Any
+        items = [_convert(item_tp, v, f"{where}[]") for v in value]
+        return items if origin is list else tuple(items)
+    if tp is Any:
+        return value
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ValueError(f"{where} must be one of {allowed}, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (tp is int and value != int(value)):
+            raise TypeError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass `cls` from a nested dict, rejecting unknown keys and ill-typed values."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(names)}")
+    return cls(**{k: _convert(hints[k], v, f"{where}.{k}") for k, v in data.items()})
+
+
+def to_dict(cfg: ConfigSection) -> dict[str, Any]:
+    """The config as plain nested dicts and lists (tuples become lists), for YAML."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        return x
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `data["a"]["b"] = value` for key "a.b", creating mappings on the way."""
+    *path, last = key.split(".")
+    node = data
+    for part in path:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set {key!r}: {part!r} is not a section")
+    node[last] = value
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Split "a.b=value" into ("a.b", parsed value); the value is read as YAML (1e-5, true, [a, b], null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected section.field=value, got {text!r}")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str) and _is_float(raw.strip()):  # YAML 1.1 reads "1e-5" as a string
+        value = float(raw)
+    return key.strip(), value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def list_presets() -> list[str]:
+    """The names of the shipped presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset as a nested dict; `name` is a shipped preset or a path to a YAML file."""
+    path = Path(name)
+    if not path.is_file():
+        path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no preset {name!r}; shipped presets: {', '.join(list_presets())}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a preset must be a mapping")
+    data.pop("description", None)
+    return data
+
+
+def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the preset, then `overrides` (a dict of dotted keys to values).
+
+    Switching `env.id` away from the preset's env drops the preset's `env.kwargs` (options of the other
+    env) unless the overrides set some, and always its `agents` section (settings of the other env's
+    roles: the cpu preset's 8-token math Verifier would cripple search-3agent's Verifier); per-agent
+    overrides given with the switch apply.
+    """
+    data = load_preset(preset) if preset else {}
+    overrides = dict(overrides or {})
+    env = data.get("env") or {}
+    new_id = overrides.get("env.id")
+    if new_id is not None and new_id != env.get("id"):
+        if not any(k.startswith("env.kwargs") for k in overrides):
+            env.pop("kwargs", None)
+        data.pop("agents", None)
+    for key, value in (overrides or {}).items():
+        nested: dict[str, Any] = {}
+        set_dotted(nested, key, value)
+        data = _merge(data, nested)
+    return from_dict(TrainConfig, data)
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (loadable again with `--preset <path>`)."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,56 @@
+"""`PlacementConfig`: where the models run (this process, or Ray pools), and each pool's resources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from drmas_train.config.choices import PlacementMode, PoolStrategy, RolloutRanks, check_choices
+
+
+@dataclass
+class PoolSize:
+    """Resources of one pool (one Ray placement-group bundle)."""
+
+    cpus: float = 1.0
+    """CPU cores; a worker sets torch's thread count to this (at least 1)."""
+    gpus: float = 0.0
+    """GPUs; a worker sees only these (Ray sets CUDA_VISIBLE_DEVICES)."""
+    ranks: int = 1
+    """Data-parallel ranks: the pool is `ranks` bundles of `cpus` + `gpus`, one training process each
+    (e.g. 4 GPUs for one model: gpus=1, ranks=4). Rank 0 also generates."""
+    strategy: PoolStrategy = "replicate"
+    """With ranks > 1: replicate (a full copy per rank, gradients all-reduced: fastest when the training
+    state fits a device) or fsdp (weights, gradients and AdamW state sharded over the ranks, FSDP2: the
+    paper-scale choice: by arithmetic, a 4B model's 64 GB of state becomes 16 GB per GPU on 4 ranks)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self, "placement pool")
+
+
+@dataclass
+class PlacementConfig:
+    """Where the models run."""
+
+    mode: PlacementMode = "none"
+    """none (this process, the default), shared (one pool for every model), per_agent (a pool per worker)."""
+    ray_address: str | None = None
+    """Join this Ray cluster ("auto", "ray://host:10001"); None starts a local Ray."""
+    shared_pool: PoolSize = field(default_factory=PoolSize)
+    """The pool of `shared` mode."""
+    default_pool: PoolSize = field(default_factory=PoolSize)
+    """The pool of a `per_agent` worker that `pools` does not name."""
+    pools: dict[str, PoolSize] = field(default_factory=dict)
+    """Per-worker pool sizes in `per_agent` mode, by worker name (an agent name, or "shared" / "lora")."""
+    ready_timeout_s: float = 600.0
+    """How long to wait for the cluster to grant the pools before failing with a clear error."""
+    rollout_ranks: RolloutRanks = "all"
+    """Which data-parallel ranks of a pool generate: all (every rank holds an engine, samples its share of
+    each rollout round and takes the new weights after each update, as verl's hybrid engine uses every
+    GPU) or first (rank 0 only: one engine's memory, the other ranks wait during rollout). Per-row
+    seeds make the samples the same either way."""
+
+    def __post_init__(self) -> None:
+        check_choices(self, "placement")
+        for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
+            if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
+                raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")

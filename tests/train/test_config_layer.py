@@ -1,0 +1,141 @@
+"""The configuration is the bottom layer: no torch, no circles, typed components, each choice declared once."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drmas_train.advantages import ESTIMATORS, compute_advantages
+from drmas_train.cli import main
+from drmas_train.cli_args import train_parser
+from drmas_train.config import Estimator, build_config, choices, list_presets
+from drmas_train.config.help import PLAIN_FLAGS, iter_fields, render
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from import_graph import PACKAGES, cycles, graph  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden" / "print_config"
+
+
+def test_importing_the_config_loads_no_torch_and_nothing_else_of_the_package():
+    code = (
+        "import sys, drmas_train.config; "
+        "print('torch' in sys.modules); "
+        "print(sorted(m for m in sys.modules if m.startswith('drmas_train') and 'config' not in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.splitlines() == ["False", "['drmas_train']"]
+
+
+def test_the_config_package_imports_only_itself():
+    edges = graph()
+    outside = {
+        (m, t)
+        for m, targets in edges.items()
+        if m.startswith("drmas_train.config")
+        for t in targets
+        if not t.startswith("drmas_train.config")
+    }
+    assert outside == set()
+
+
+def test_no_module_imports_another_in_a_circle():
+    assert cycles(graph()) == []
+
+
+def test_the_circle_finder_finds_circles():
+    # What makes the test above fail: a planted circle, and one through a third module.
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _config_params(tree: ast.AST):
+    """(function, parameter, annotation source or None) of every parameter that takes a config."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                name = arg.arg
+                if name in ("cfg", "config") or name.endswith(("_cfg", "_config")):
+                    yield node.name, name, ast.unparse(arg.annotation) if arg.annotation else None
+
+
+def test_no_function_takes_an_untyped_config():
+    loose = []
+    for folder in PACKAGES.values():
+        for path in sorted(folder.rglob("*.py")):
+            for func, name, annotation in _config_params(ast.parse(path.read_text())):
+                if annotation is None or annotation in ("Any", "object") or annotation.startswith("dict"):
+                    if name.endswith("peft_config"):  # a PEFT adapter's own settings, not ours
+                        continue
+                    loose.append(f"{path.name}:{func}({name}: {annotation})")
+    assert loose == []
+
+
+def test_the_finder_of_untyped_configs_sees_them():
+    src = "def f(cfg, x): pass\ndef g(models_cfg: Any): pass\ndef h(cfg: TrainConfig): pass\n"
+    assert list(_config_params(ast.parse(src))) == [
+        ("f", "cfg", None),
+        ("g", "models_cfg", "Any"),
+        ("h", "cfg", "TrainConfig"),
+    ]
+
+
+CHOICE_FIELDS = {f.key: f.choices for f in iter_fields() if f.choices and "<" not in f.key}
+
+
+def test_every_closed_choice_is_declared_as_a_literal():
+    assert {"algo.estimator", "models.assignment", "models.backend", "learner.forward", "placement.mode"} <= set(
+        CHOICE_FIELDS
+    )
+
+
+@pytest.mark.parametrize("key", sorted(CHOICE_FIELDS))
+def test_a_choice_is_checked_listed_and_offered_from_its_type(key):
+    allowed = CHOICE_FIELDS[key]
+    for value in allowed:
+        build_config("smoke", {key: value})
+    with pytest.raises(ValueError, match=rf"{key.split('.')[-1]} must be one of"):
+        build_config("smoke", {key: "no-such-choice"})
+    assert f"Choices: {', '.join(allowed)}." in " ".join(render(key).split())
+    if key in PLAIN_FLAGS:
+        flag = next(a for a in train_parser()._actions if PLAIN_FLAGS[key] in a.option_strings)
+        assert tuple(flag.choices) == allowed
+
+
+def test_a_section_built_directly_checks_its_choices_too():
+    from drmas_train.config import AlgoConfig, PoolSize
+
+    with pytest.raises(ValueError, match="algo.estimator must be one of"):
+        AlgoConfig(estimator="ppo")
+    with pytest.raises(ValueError, match="placement pool.strategy must be one of"):
+        PoolSize(strategy="zero3")
+
+
+def test_the_estimator_table_is_the_config_type():
+    assert tuple(ESTIMATORS) == choices(Estimator)
+    rewards, groups = [1.0, 0.0, 0.5, 0.0], [0, 0, 0, 0]
+    agents, episodes = ["s", "s", "v", "v"], [0, 1, 0, 1]
+    for name, spec in ESTIMATORS.items():
+        assert spec.help
+        got = compute_advantages(rewards, group_ids=groups, agent_ids=agents, episode_ids=episodes, estimator=name)
+        assert len(got) == 4
+    # drmas by hand: solver (1, 0) -> +-0.7071 (unbiased std 0.7071); verifier (0.5, 0) -> +-0.7071
+    drmas = compute_advantages(rewards, group_ids=groups, agent_ids=agents, episode_ids=episodes)
+    assert drmas == pytest.approx([0.70710, -0.70710, 0.70710, -0.70710], abs=1e-4)
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_print_config_of_every_preset_is_as_recorded(preset, capsys):
+    assert main(["--preset", preset, "--print-config"]) == 0
+    golden = GOLDEN / f"{preset}.yaml"
+    assert golden.is_file(), f"no recorded output for preset {preset!r}: record it in {golden}"
+    assert capsys.readouterr().out == golden.read_text(), (
+        f"`drmas-train --preset {preset} --print-config` changed; if the change is meant, record it with "
+        f"`drmas-train --preset {preset} --print-config > {golden.relative_to(Path.cwd())}`"
+    )
