@@ -307,3 +307,21 @@ def test_seeded_order_is_deterministic_and_datasets_are_shared_between_makes():
     assert problems(7) == problems(7) and problems(7) != problems(8)
     a, b = drmas_envs.make("math-2agent"), drmas_envs.make("math-1agent")
     assert a.unwrapped.tasks[0] is b.unwrapped.tasks[0]  # generated once, cached
+
+
+def test_the_episode_rules_reach_the_workflow_as_one_object_and_the_team_owns_the_verifier():
+    from drmas_envs.math.workflow import MathRules, MathSolo, MathTeam
+
+    env = drmas_envs.make("math-2agent", max_loops=3, verifier_mode="recompute", max_context_chars=0)
+    env.reset(seed=0)
+    rules = env.unwrapped.workflow.rules
+    assert isinstance(rules, MathRules) and (rules.max_loops, rules.verifier_mode, rules.max_context_chars) == (
+        3,
+        "recompute",
+        0,
+    )
+    solo = drmas_envs.make("math-1agent", max_loops=3)
+    solo.reset(seed=0)
+    assert type(solo.unwrapped.workflow) is MathSolo and solo.unwrapped.workflow.rules.max_loops == 1
+    assert not any(hasattr(MathSolo, name) for name in ("_reviews", "_verdict_bonus", "_recomputed_verdict"))
+    assert all(hasattr(MathTeam, name) for name in ("_reviews", "_verdict_bonus", "_recomputed_verdict"))

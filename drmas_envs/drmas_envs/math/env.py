@@ -20,7 +20,7 @@ from drmas_envs.math.answers import VERDICTS
 from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
 from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
-from drmas_envs.math.workflow import MathWorkflowFactory
+from drmas_envs.math.workflow import MathRules, MathWorkflowFactory
 from drmas_envs.workflow import PromptTemplate
 
 VERIFIER_MODES = ("judge", "recompute")
@@ -145,8 +145,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         prompts.setdefault("verifier", P.VERIFIER_VERDICT_FIRST)
     if cfg.verifier_mode == "recompute" and cfg.n_agents == 2:
         prompts.setdefault("verifier", P.VERIFIER_RECOMPUTE)
-    factory = MathWorkflowFactory(
-        n_agents=cfg.n_agents,
+    rules = MathRules(
         grade=_grader(cfg),
         max_loops=cfg.max_loops,
         missing_verdict=cfg.missing_verdict,
@@ -155,6 +154,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         review_malformed=cfg.review_malformed,
         verifier_mode=cfg.verifier_mode,
     )
+    factory = MathWorkflowFactory(cfg.n_agents, rules)
     unknown = set(prompts) - set(factory.roles)
     if unknown:
         raise ValueError(f"prompts name unknown roles {sorted(unknown)}; roles: {list(factory.roles)}")

@@ -51,7 +51,7 @@ against the attempt it reviewed) and the last number of the last attempt, boxed 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from drmas_envs.math import prompts as P
@@ -59,6 +59,26 @@ from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
 
 Grade = Callable[[str | None, str], bool]
+
+
+@dataclass(frozen=True)
+class MathRules:
+    """The episode rules of one math env, fixed for its episodes (`MathEnvConfig` documents each)."""
+
+    grade: Grade
+    """Grades (answer, reference)."""
+    max_loops: int = 2
+    """Most Solver attempts; 1 for the Solver alone."""
+    missing_verdict: str = "approve"
+    """What a missing or malformed verdict counts as."""
+    max_context_chars: int = 4000
+    """Each earlier output shown in a prompt is clipped to this many characters (0: not clipped)."""
+    verdict_reward: float = 0.0
+    """Added to a Verifier call's reward when its verdict is right."""
+    review_malformed: bool = True
+    """Show a malformed attempt to the Verifier."""
+    verifier_mode: str = "judge"
+    """"judge" (a verdict tag) or "recompute" (the Verifier solves the problem; answers compared)."""
 
 
 class MathSolo(Workflow):
@@ -69,53 +89,24 @@ class MathSolo(Workflow):
     max_calls = 1
 
     def __init__(
-        self,
-        task: Mapping[str, Any],
-        *,
-        prompts: Mapping[str, PromptTemplate] | None = None,
-        grade: Grade,
-        max_loops: int = 1,
-        missing_verdict: str = "approve",
-        max_context_chars: int = 4000,
-        verdict_reward: float = 0.0,
-        review_malformed: bool = True,
-        verifier_mode: str = "judge",
+        self, task: Mapping[str, Any], *, rules: MathRules, prompts: Mapping[str, PromptTemplate] | None = None
     ):
         super().__init__(task, prompts=prompts)
-        self.verifier_mode = verifier_mode
-        self.review_malformed = review_malformed
-        self.grade = grade
-        self.max_loops = max_loops
-        self.missing_verdict = missing_verdict
-        self.max_context_chars = max_context_chars
-        self.verdict_reward = verdict_reward
+        self.rules = rules
 
     def first_role(self) -> str:
         return "solver"
 
     def parse(self, role: str, text: str) -> Parsed:
-        if role == "solver":
-            answer, error = extract_answer(text)
-            return Parsed(answer is not None, answer, error)
-        if self.verifier_mode == "recompute":
-            return self._recomputed_verdict(text)
-        verdict, error = extract_verdict(text)
-        return Parsed(verdict is not None, verdict if verdict is not None else self.missing_verdict, error)
-
-    def _recomputed_verdict(self, text: str) -> Parsed:
-        """The verdict of a Verifier that solved the problem itself: approve iff its answer equals the attempt's."""
         answer, error = extract_answer(text)
-        if answer is None:
-            return Parsed(False, self.missing_verdict, error)
-        attempt = self.calls_of("solver")[-1].parsed
-        agrees = attempt.valid and bool(self.grade(answer, str(attempt.value)))
-        return Parsed(True, "approve" if agrees else "reject")
+        return Parsed(answer is not None, answer, error)
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         return None
 
     def context(self, role: str) -> dict[str, Any]:
         solver_calls = self.calls_of("solver")
+        clip = self.rules.max_context_chars
         history = ""
         if self.history:
             counts: dict[str, int] = {}
@@ -123,41 +114,82 @@ class MathSolo(Workflow):
             for call in self.history:
                 counts[call.role] = counts.get(call.role, 0) + 1
                 label = P.ROLE_LABELS.get(call.role, call.role).format(n=counts[call.role])
-                parts.append(P.HISTORY_ENTRY.format(label=label, text=clip_middle(call.text, self.max_context_chars)))
+                parts.append(P.HISTORY_ENTRY.format(label=label, text=clip_middle(call.text, clip)))
             history = "".join(parts)
         return {
             "problem": self.task["problem"],
             "history": history,
-            "latest_solution": clip_middle(solver_calls[-1].text, self.max_context_chars) if solver_calls else "",
+            "latest_solution": clip_middle(solver_calls[-1].text, clip) if solver_calls else "",
             "attempt": len(solver_calls) + (role == "solver"),
-            "max_loops": self.max_loops,
+            "max_loops": self.rules.max_loops,
         }
 
     def score(self) -> Score:
+        grade = self.rules.grade
         solver_calls = self.calls_of("solver")
         answer = solver_calls[-1].parsed.value if solver_calls else None
         reference = str(self.task["answer"])
-        verdicts = self._verdicts_per_attempt()
         # Every attempt graded once (the last one is the team's answer), so a Verifier's verdict can be
         # judged against the attempt it reviewed (review i follows attempt i).
-        attempts = [bool(self.grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
+        attempts = [bool(grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
         correct = attempts[-1] if attempts else False
         # The loose grade reads the last number of the last attempt; graded only when it differs from the box.
         loose = last_number(solver_calls[-1].text) if solver_calls else None
-        loose_correct = (
-            correct if loose is not None and loose == answer else bool(loose and self.grade(loose, reference))
-        )
+        loose_correct = correct if loose is not None and loose == answer else bool(loose and grade(loose, reference))
         info = {
             "correct": correct,
             "answer": answer,
             "reference": reference,
-            "verdicts": verdicts,
+            "verdicts": self._verdicts_per_attempt(),
             "attempts_correct": attempts,
             "loose_correct": loose_correct,
         }
-        return Score(
-            float(correct), info, call_bonus=self._verdict_bonus(attempts), call_stratum=self._review_strata(attempts)
-        )
+        return Score(float(correct), info, **self._per_call(attempts))
+
+    def _verdicts_per_attempt(self) -> list[str | None]:
+        """The verdict on each reviewed attempt: none without a Verifier."""
+        return []
+
+    def _per_call(self, attempts: list[bool]) -> dict[str, tuple]:
+        """`Score`'s per-call extras (bonus, strata): none without a Verifier."""
+        return {}
+
+
+class MathTeam(MathSolo):
+    """Solver -> Verifier -> (on reject) Solver ..., up to `max_loops` Solver attempts (`math-2agent`).
+
+    The Verifier's rules live here: its verdicts (a tag, or a recomputed answer), which attempts it
+    reviews, the bonus for a right verdict and the stratum of each review.
+    """
+
+    roles = ("solver", "verifier")
+
+    def parse(self, role: str, text: str) -> Parsed:
+        if role == "solver":
+            return super().parse(role, text)
+        if self.rules.verifier_mode == "recompute":
+            return self._recomputed_verdict(text)
+        verdict, error = extract_verdict(text)
+        return Parsed(verdict is not None, verdict if verdict is not None else self.rules.missing_verdict, error)
+
+    def _recomputed_verdict(self, text: str) -> Parsed:
+        """The verdict of a Verifier that solved the problem itself: approve iff its answer equals the attempt's."""
+        answer, error = extract_answer(text)
+        if answer is None:
+            return Parsed(False, self.rules.missing_verdict, error)
+        attempt = self.calls_of("solver")[-1].parsed
+        agrees = attempt.valid and bool(self.rules.grade(answer, str(attempt.value)))
+        return Parsed(True, "approve" if agrees else "reject")
+
+    def transition(self, role: str, parsed: Parsed) -> str | None:
+        if role == "solver":
+            if len(self.calls_of("solver")) >= self.rules.max_loops:
+                return None
+            return "verifier" if parsed.valid or self.rules.review_malformed else "solver"
+        return None if parsed.value == "approve" else "solver"
+
+    def _per_call(self, attempts: list[bool]) -> dict[str, tuple]:
+        return {"call_bonus": self._verdict_bonus(attempts), "call_stratum": self._review_strata(attempts)}
 
     def _reviews(self) -> list[tuple[int, int]]:
         """(attempt index, history index) of each Verifier call: a review judges the latest attempt."""
@@ -187,41 +219,24 @@ class MathSolo(Workflow):
 
     def _verdict_bonus(self, attempts: list[bool]) -> tuple[float, ...]:
         """`verdict_reward` for each well-formed Verifier call whose verdict matches the attempt it reviewed."""
-        if not self.verdict_reward:
+        if not self.rules.verdict_reward:
             return ()
         bonus = [0.0] * len(self.history)
         for attempt, i in self._reviews():
             parsed = self.history[i].parsed
             if parsed.valid and (parsed.value == "approve") == attempts[attempt]:
-                bonus[i] = self.verdict_reward
+                bonus[i] = self.rules.verdict_reward
         return tuple(bonus)
-
-
-class MathTeam(MathSolo):
-    """Solver -> Verifier -> (on reject) Solver ..., up to `max_loops` Solver attempts (`math-2agent`)."""
-
-    roles = ("solver", "verifier")
-
-    def transition(self, role: str, parsed: Parsed) -> str | None:
-        if role == "solver":
-            if len(self.calls_of("solver")) >= self.max_loops:
-                return None
-            return "verifier" if parsed.valid or self.review_malformed else "solver"
-        return None if parsed.value == "approve" else "solver"
 
 
 @dataclass(frozen=True)
 class MathWorkflowFactory:
-    """Builds one math workflow per episode with fixed settings; what `WorkflowEnv` calls on reset."""
+    """Builds one math workflow per episode with fixed rules; what `WorkflowEnv` calls on reset."""
 
     n_agents: int
-    grade: Grade
-    max_loops: int = 2
-    missing_verdict: str = "approve"
-    max_context_chars: int = 4000
-    verdict_reward: float = 0.0
-    review_malformed: bool = True
-    verifier_mode: str = "judge"
+    """1: `MathSolo`; 2: `MathTeam`."""
+    rules: MathRules
+    """The episode rules (a Solver alone makes one attempt whatever `rules.max_loops` says)."""
 
     @property
     def workflow_class(self) -> type[MathSolo]:
@@ -234,17 +249,8 @@ class MathWorkflowFactory:
     @property
     def max_calls(self) -> int:
         """The most calls an episode can make: L Solver and L - 1 Verifier calls."""
-        return 2 * self.max_loops - 1 if self.n_agents == 2 else 1
+        return 2 * self.rules.max_loops - 1 if self.n_agents == 2 else 1
 
     def __call__(self, task: Mapping[str, Any], *, prompts: Mapping[str, PromptTemplate] | None = None) -> MathSolo:
-        return self.workflow_class(
-            task,
-            prompts=prompts,
-            grade=self.grade,
-            max_loops=self.max_loops if self.n_agents == 2 else 1,
-            missing_verdict=self.missing_verdict,
-            max_context_chars=self.max_context_chars,
-            verdict_reward=self.verdict_reward,
-            review_malformed=self.review_malformed,
-            verifier_mode=self.verifier_mode,
-        )
+        rules = self.rules if self.n_agents == 2 else replace(self.rules, max_loops=1)
+        return self.workflow_class(task, rules=rules, prompts=prompts)
