@@ -63,11 +63,11 @@ def replay(path: Path, repeats: int, micro: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from drmas_train.forward import choose_forward
     from drmas_train.learner import Learner, PPOConfig
-    from drmas_train.learner_utils import chunk_by_adapter
+    from drmas_train.learner.adapters import chunk_by_adapter
+    from drmas_train.learner.forward import choose_forward
+    from drmas_train.learner.prefix_tree import tree_length
     from drmas_train.models.resolve import resolve_model
-    from drmas_train.prefix_tree import tree_length
     from drmas_train.records import CallRecord
 
     torch.set_num_threads(1)

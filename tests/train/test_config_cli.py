@@ -11,7 +11,7 @@ import pytest
 
 from drmas_train.advantages import ESTIMATORS
 from drmas_train.cli import main, parse_train_args
-from drmas_train.cli_args import train_parser
+from drmas_train.cli.args import train_parser
 from drmas_train.config import Assignment, Forward, TrainConfig, build_config, choices, list_presets, load_preset
 from drmas_train.config.help import PLACEHOLDERS, iter_fields
 from drmas_train.models.resolve import resolve_model

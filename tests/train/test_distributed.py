@@ -15,7 +15,8 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from drmas_train.distributed import (
+from drmas_train.learner import Learner, PPOConfig, lora_param_groups
+from drmas_train.learner.distributed import (
     DataParallel,
     _buckets,
     decoder_layers,
@@ -26,7 +27,6 @@ from drmas_train.distributed import (
     rendezvous_address,
     shard_module,
 )
-from drmas_train.learner import Learner, PPOConfig, lora_param_groups
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.records import CallRecord
 
@@ -241,7 +241,7 @@ def test_shard_and_buckets():
     assert dp.shard(list(range(8))) == [1, 4, 7]
     assert DataParallel(rank=2, world_size=3).shard([0, 1]) == []
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 5, 2)]
-    import drmas_train.distributed as d
+    import drmas_train.learner.distributed as d
 
     before, d.BUCKET_ELEMENTS = d.BUCKET_ELEMENTS, 8
     try:

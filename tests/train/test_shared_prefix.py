@@ -13,10 +13,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from drmas_train.forward import choose_forward, score
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
+from drmas_train.learner.forward import choose_forward, score
+from drmas_train.learner.prefix_tree import pack_prefix_tree, tree_length
 from drmas_train.models.tiny import build_tiny_model
-from drmas_train.prefix_tree import pack_prefix_tree, tree_length
 from drmas_train.records import CallRecord
 
 REL = 1e-5

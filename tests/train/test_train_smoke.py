@@ -128,7 +128,7 @@ def test_smoke_heterogeneous_architectures_and_tokenizers(tmp_path):
 
 
 def test_eval_subcommand_from_a_checkpoint(tmp_path):
-    from drmas_train.evaluation import _team, eval_parser, run_eval
+    from drmas_train.cli.eval import _team, eval_parser, run_eval
 
     cfg, trainer = _smoke(tmp_path, **{"models.assignment": "lora", "steps": 1})
     trainer.train()

@@ -58,13 +58,13 @@ class PolicyWorker:
 
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0: the address and free port where the other ranks join the data-parallel group."""
-        from drmas_train.distributed import rendezvous_address
+        from drmas_train.learner.distributed import rendezvous_address
 
         return rendezvous_address()
 
     def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
         """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights."""
-        from drmas_train.distributed import join, shard_module
+        from drmas_train.learner.distributed import join, shard_module
         from drmas_train.policy_ops import make_learner
 
         dp = join(self.rank, world_size, host, port, timeout_s=timeout_s, strategy=strategy)
@@ -81,7 +81,7 @@ class PolicyWorker:
 
     def _sync(self, name: str, *, collective: bool = True) -> None:
         """Push policy `name`'s weights into this rank's engine; under FSDP every rank gathers them first."""
-        from drmas_train.distributed import full_state_dict
+        from drmas_train.learner.distributed import full_state_dict
         from drmas_train.policy_ops import sync_engine
 
         policy = self.policies[name]
@@ -115,7 +115,7 @@ class PolicyWorker:
 
     def weights(self, name: str) -> dict[str, Any]:
         """The policy's checkpoint tensors on the CPU (under FSDP a collective: every rank gathers)."""
-        from drmas_train.distributed import full_state_dict
+        from drmas_train.learner.distributed import full_state_dict
 
         policy = self.policies[name]
         if not self.sharded:
@@ -125,7 +125,7 @@ class PolicyWorker:
 
     def load_weights(self, name: str, tensors: dict[str, Any]) -> None:
         """Load checkpointed weights (every rank is given the same whole tensors), then sync the engine."""
-        from drmas_train.distributed import load_full_state_dict
+        from drmas_train.learner.distributed import load_full_state_dict
         from drmas_train.policy_ops import load_policy_weights
 
         policy = self.policies[name]

@@ -54,7 +54,7 @@ class _HelpConfig(argparse.Action):
 
 
 def train_parser() -> ArgParser:
-    """The parser of `drmas-train` (training); `eval` has its own (`drmas_train.evaluation.eval_parser`)."""
+    """The parser of `drmas-train` (training); `eval` has its own (`drmas_train.cli.eval.eval_parser`)."""
     p = ArgParser(
         prog="drmas-train",
         usage=USAGE,

@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from drmas_train.distributed import (
+from drmas_train.learner.distributed import (
     DataParallel,
     UsedParams,
     full_optimizer_state,
     load_sharded_optimizer_state,
 )
-from drmas_train.learner_metrics import UpdateMetrics
+from drmas_train.learner.metrics import UpdateMetrics
 
 
 class Alone:

@@ -30,8 +30,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from drmas_train.config import Forward, choices
-from drmas_train.loss import make_batch
-from drmas_train.prefix_tree import pack_prefix_tree, tree_length
+from drmas_train.learner.loss import make_batch
+from drmas_train.learner.prefix_tree import pack_prefix_tree, tree_length
 from drmas_train.records import CallRecord
 
 AUTO_MAX_TREE_SHARE = 0.75

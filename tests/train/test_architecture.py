@@ -1,4 +1,5 @@
-"""The configuration is the bottom layer: no torch, no circles, typed components, each choice declared once."""
+"""The architecture: the config at the bottom (no torch), no import circles, typed components, each choice
+declared once, and a top level that shows the stages."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from drmas_train.advantages import ESTIMATORS, compute_advantages
 from drmas_train.cli import main
-from drmas_train.cli_args import train_parser
+from drmas_train.cli.args import train_parser
 from drmas_train.config import Estimator, build_config, choices, list_presets
 from drmas_train.config.help import PLAIN_FLAGS, iter_fields, render
 
@@ -45,6 +46,16 @@ def test_the_config_package_imports_only_itself():
 
 def test_no_module_imports_another_in_a_circle():
     assert cycles(graph()) == []
+
+
+def test_the_top_level_holds_at_most_15_modules_the_rest_grouped_by_stage():
+    top = PACKAGES["drmas_train"]
+    modules = sorted(p.name for p in top.glob("*.py"))
+    assert len(modules) <= 15, modules
+    assert {"config", "learner", "cli", "backends", "models", "placement"} <= {
+        p.name for p in top.iterdir() if p.is_dir()
+    }
+    assert not [m for m in modules if m.endswith("_utils.py")]
 
 
 def test_the_circle_finder_finds_circles():

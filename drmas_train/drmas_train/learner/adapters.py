@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from drmas_train.distributed import full_tensor
+from drmas_train.learner.distributed import full_tensor
 from drmas_train.records import CallRecord
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from drmas_train.distributed import DataParallel
+from drmas_train.learner.distributed import DataParallel
 
 _METRIC_KEYS = ("loss", "pg_loss", "entropy", "ratio_mean", "clip_frac", "dual_clip_frac", "kl", "sampler_kl")
 

@@ -41,12 +41,12 @@ import numpy as np
 import torch
 
 from drmas_train.config import PPOConfig
-from drmas_train.distributed import DataParallel, full_tensor
-from drmas_train.forward import Scores, score
-from drmas_train.learner_metrics import UpdateMetrics
-from drmas_train.learner_utils import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
-from drmas_train.loss import kl_k3, ppo_token_losses
-from drmas_train.parallel import Alone, is_fsdp, make_strategy
+from drmas_train.learner.adapters import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
+from drmas_train.learner.distributed import DataParallel, full_tensor
+from drmas_train.learner.forward import Scores, score
+from drmas_train.learner.loss import kl_k3, ppo_token_losses
+from drmas_train.learner.metrics import UpdateMetrics
+from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
 from drmas_train.records import CallRecord
 
 log = logging.getLogger(__name__)

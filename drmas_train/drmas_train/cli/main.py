@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from drmas_train.cli_args import CONFIG_ERRORS, SETUP_ERRORS, parse_train_args, report_error
+from drmas_train.cli.args import CONFIG_ERRORS, SETUP_ERRORS, parse_train_args, report_error
 from drmas_train.config import build_config
 
 console = Console(stderr=True)
@@ -142,7 +142,7 @@ def train_main(argv: list[str]) -> int:
 
 def eval_main(argv: list[str]) -> int:
     from drmas_envs import EnvNotFoundError
-    from drmas_train.evaluation import eval_parser, run_eval
+    from drmas_train.cli.eval import eval_parser, run_eval
 
     args = eval_parser().parse_args(argv)
     _quiet_transformers()
