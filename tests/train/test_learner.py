@@ -259,3 +259,35 @@ def test_lm_head_chunks_recomputed_in_backward_give_the_same_gradients(model):
     assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-6) and a["loss"] == pytest.approx(b["loss"], rel=1e-6)
     for (n, p), q in zip(whole.named_parameters(), chunked.parameters()):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-7, rtol=1e-5, msg=n)
+
+
+def _grads(model, records, **knobs):
+    learner = Learner(model, PPOConfig(forward="plain", **knobs))
+    learner.compute_gradients(records)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "micro_token_mean"])
+def test_loss_agg_weighs_tokens_or_micro_batches(base_model, loss_agg):
+    records = [rec([5, 6, 7], [8, 9], 1.0, episode=0), rec([5, 6], [9, 10, 11, 12, 13, 14], -0.5, episode=1)]
+    # Each record alone (one micro-batch of one record): its own token-mean gradient g_i, n_i tokens.
+    alone = [_grads(copy.deepcopy(base_model), [r]) for r in records]
+    n = torch.tensor([float(len(r.response_ids)) for r in records])
+    one_per_micro = _grads(copy.deepcopy(base_model), records, micro_batch_size=1, loss_agg=loss_agg)
+    if loss_agg == "token_mean":  # every token the same weight: sum_i n_i g_i / sum_i n_i
+        expected = (n[0] * alone[0] + n[1] * alone[1]) / n.sum()
+    else:  # verl: the micro-batches' token-means, averaged: (g_0 + g_1) / 2
+        expected = (alone[0] + alone[1]) / 2
+    torch.testing.assert_close(one_per_micro, expected, rtol=1e-4, atol=1e-7)
+    # One micro-batch holding both: the two modes agree (a token-mean of the one micro-batch).
+    together = _grads(copy.deepcopy(base_model), records, micro_batch_size=2, loss_agg=loss_agg)
+    torch.testing.assert_close(together, (n[0] * alone[0] + n[1] * alone[1]) / n.sum(), rtol=1e-4, atol=1e-7)
+
+
+def test_loss_denominator_by_hand():
+    from drmas_train.learner.ppo import loss_denominator
+
+    assert loss_denominator("token_mean", 3, 10, 4) == 10.0
+    assert loss_denominator("micro_token_mean", 3, 10, 4) == 12.0
+    with pytest.raises(ValueError, match="unknown loss_agg"):
+        loss_denominator("seq_mean", 3, 10, 4)

@@ -22,6 +22,8 @@ Forward = Literal["auto", "plain", "shared_prefix"]
 """How the learner runs a micro-batch's forward pass."""
 OldLogprobs = Literal["recompute", "sampled"]
 """Where the PPO ratio's denominator comes from."""
+LossAgg = Literal["token_mean", "micro_token_mean"]
+"""How the per-token losses of a mini-batch become one loss."""
 PlacementMode = Literal["none", "shared", "per_agent"]
 """Where the models run."""
 RolloutRanks = Literal["all", "first"]

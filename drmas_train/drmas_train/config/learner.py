@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drmas_train.config.choices import Forward, OldLogprobs, check_choices
+from drmas_train.config.choices import Forward, LossAgg, OldLogprobs, check_choices
 
 
 @dataclass
@@ -36,7 +36,16 @@ class PPOConfig:
     mini_batches: int = 1
     """Optimizer steps per epoch (the batch is shuffled and split). Paper: 1."""
     micro_batch_size: int = 4
-    """Sequences per forward/backward; lower it to save memory. Gradients are exact whatever its value."""
+    """Sequences per forward/backward; lower it to save memory. With `loss_agg: token_mean` the gradient
+    is the same whatever its value."""
+    loss_agg: LossAgg = "token_mean"
+    """How a mini-batch's token losses become one loss. token_mean: every response token of the mini-batch
+    weighs the same (summed over micro-batches and ranks, divided by the mini-batch's token count), so the
+    gradient does not depend on how it is cut into micro-batches or ranks. micro_token_mean (verl, the
+    reference): a token-mean per micro-batch, averaged over the micro-batches (verl: divided by the
+    accumulation steps, averaged over ranks): a token of a micro-batch of short replies weighs more than
+    one of long replies, and the gradient norm changes with the micro-batch size (docs/scaling.md,
+    "Loss aggregation"). The paper presets use micro_token_mean."""
     old_logprobs: OldLogprobs = "recompute"
     """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
     forward: Forward = "auto"

@@ -1,10 +1,12 @@
 """The PPO learner: one `Learner` per model, updating it from `CallRecord`s with advantages filled.
 
 Choices stated once:
-- Loss: PPO clipped ratio (1 - 0.2, 1 + 0.2) with dual clip c = 3 on negative advantages, token-mean
-  over every response token of the update (mini-)batch, including tokens of zero-advantage calls.
-  Token-mean is exact under gradient accumulation: each micro-batch's token-loss sum is divided by
-  the token count of the whole mini-batch, not of the micro-batch.
+- Loss: PPO clipped ratio (1 - 0.2, 1 + 0.2) with dual clip c = 3 on negative advantages, including
+  tokens of zero-advantage calls. `loss_agg` "token_mean" (the default): a token-mean over every
+  response token of the update (mini-)batch, exact under gradient accumulation and data parallelism
+  (each micro-batch's token-loss sum is divided by the token count of the whole mini-batch).
+  "micro_token_mean" (verl, the reference's): each micro-batch's own token-mean, averaged over the
+  mini-batch's micro-batches (`loss_denominator`).
 - Old log-probs ("recompute", the default, as in the verl reference): the learner's own log-probs
   before the update. With one epoch and one mini-batch (the paper's setting) the policy has not
   moved yet, so they equal the current log-probs detached and no extra forward pass is needed;
@@ -176,15 +178,18 @@ class Learner:
         return metrics.result(n_samples=len(records))
 
     def _accumulate(self, records, indices, old, metrics: UpdateMetrics) -> None:
-        """Accumulate the token-mean loss gradient of one mini-batch over this rank's passes."""
+        """Accumulate the loss gradient of one mini-batch (`loss_agg`) over this rank's passes."""
         n_tokens = sum(len(r.response_ids) for r in records)
+        chunks = self._micro_batches(records)
         self.optimizer.zero_grad(set_to_none=True)
         self.strategy.begin()
-        for chunk, real in self.strategy.passes(self._micro_batches(records)):
-            self._micro_step(records, chunk, indices, old, n_tokens, metrics if real else None)
+        for chunk, real in self.strategy.passes(chunks):
+            micro_tokens = sum(len(records[i].response_ids) for i in chunk)
+            denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, len(chunks))
+            self._micro_step(records, chunk, indices, old, denominator, metrics if real else None)
         self.strategy.finish(self.params)
 
-    def _micro_step(self, records, chunk, indices, old, n_tokens: int, metrics: UpdateMetrics | None) -> None:
+    def _micro_step(self, records, chunk, indices, old, denominator: float, metrics: UpdateMetrics | None) -> None:
         """Forward and backward of one micro-batch; `metrics` None: a zero-weight pass (no gradient, no metrics).
 
         A zero-weight pass runs exactly the collectives of a real one (FSDP all-gathers in every
@@ -215,8 +220,7 @@ class Learner:
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * out.entropy
         maskf = out.mask.float()
-        # Token-mean over the whole mini-batch: divide by its token count, not the micro-batch's.
-        total = (loss * maskf).sum() / n_tokens
+        total = (loss * maskf).sum() / denominator
         if metrics is None:
             total = total * 0.0
         total.backward()
@@ -318,6 +322,25 @@ class Learner:
         """Restore what `state_dict` saved (under FSDP every rank gets the same whole state)."""
         self.strategy.load_optimizer_state(self.optimizer, state["optimizer"])
         self.steps = int(state["steps"])
+
+
+def loss_denominator(loss_agg: str, micro_tokens: int, minibatch_tokens: int, n_micro: int) -> float:
+    """What a micro-batch's token-loss sum is divided by, so that the gradients summed over its
+    micro-batches (and ranks) are those of the `loss_agg` loss of the whole mini-batch.
+
+    Args:
+        loss_agg: "token_mean" (every token of the mini-batch weighs the same) or "micro_token_mean"
+            (each micro-batch's token-mean, averaged over the mini-batch's `n_micro` micro-batches).
+        micro_tokens: response tokens of this micro-batch.
+        minibatch_tokens: response tokens of the whole mini-batch (every rank's micro-batches).
+        n_micro: micro-batches in the whole mini-batch.
+
+    """
+    if loss_agg == "token_mean":
+        return float(minibatch_tokens)
+    if loss_agg == "micro_token_mean":
+        return float(micro_tokens * n_micro)
+    raise ValueError(f"unknown loss_agg {loss_agg!r}")
 
 
 def _sampler_kl(records: Sequence[CallRecord], old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
