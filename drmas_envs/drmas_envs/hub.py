@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.data import DATA_DIR_ENV, HUB_OFFLINE_ENV, DatasetNotFoundError, data_dirs, hub_offline
+from drmas_envs.provenance import file_provenance
 from drmas_envs.tables import local_split_files, split_files
 
 
@@ -40,6 +41,33 @@ class Located:
     files: list[Path]
     origin: str  # "local" or "hub"
     hub: dict[str, Any] | None = None
+    root: Path | None = None  # the local folder holding a downloaded repo, if that is where they were
+
+    def provenance(self, dataset: str, split: str | None, n: int) -> dict[str, Any]:
+        """The record a `TaskSet` carries: hub repo + revision, or local files + sha256.
+
+        A local file of a downloaded repo also gets the revision `hf download --local-dir` noted beside it.
+        """
+        record: dict[str, Any] = {"dataset": dataset, "split": split, "n": n, "origin": self.origin}
+        if self.origin == "hub":
+            record.update(self.hub or {})
+            return record
+        record["files"] = [file_provenance(f) for f in self.files]
+        for entry, path in zip(record["files"], self.files):
+            revision = downloaded_revision(self.root, path) if self.root else None
+            if revision:
+                entry["revision"] = revision
+        return record
+
+
+def downloaded_revision(root: Path, path: Path) -> str | None:
+    """The commit a file in `root` was downloaded at, from the metadata `hf download --local-dir` keeps."""
+    meta = root / ".cache" / "huggingface" / "download" / f"{path.relative_to(root).as_posix()}.metadata"
+    try:
+        first = meta.read_text(encoding="utf-8").splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+    return first if len(first) == 40 and all(c in "0123456789abcdef" for c in first) else None
 
 
 class HubUnavailable(Exception):
@@ -48,8 +76,8 @@ class HubUnavailable(Exception):
 
 def find_local_copy(
     flat_names: Sequence[str], hub: HubSplit | None, data_dir: str | os.PathLike | None, subdirs: Sequence[str] = ()
-) -> tuple[list[Path], list[str]]:
-    """The local files of a known dataset, and every place looked (for the not-found message).
+) -> tuple[Located | None, list[str]]:
+    """The local files of a known dataset (None if there are none), and every place looked.
 
     Args:
         flat_names: file names tried in each data dir, also under each of `subdirs` ("math/").
@@ -65,15 +93,15 @@ def find_local_copy(
                 path = root / sub / rel
                 looked.append(str(path))
                 if path.is_file():
-                    return [path], looked
+                    return Located([path], "local"), looked
         if hub is None:
             continue
         for folder in dict.fromkeys((root / hub.repo, root / hub.repo.split("/")[-1])):
             looked.append(f"{folder}/ ({hub.split!r} split files)")
             files = local_split_files(folder, hub.split, hub.config)
             if files:
-                return files, looked
-    return [], looked
+                return Located(files, "local", root=folder), looked
+    return None, looked
 
 
 def fetch_split(hub: HubSplit) -> Located:
@@ -126,9 +154,9 @@ def locate(
         fields_hint: the fields a hand-made local file needs, for the error message.
 
     """
-    files, looked = find_local_copy(flat_names, hub, data_dir, subdirs)
-    if files:
-        return Located(files, "local")
+    local, looked = find_local_copy(flat_names, hub, data_dir, subdirs)
+    if local is not None:
+        return local
     reason = "there is no hub copy"
     if hub is not None:
         try:

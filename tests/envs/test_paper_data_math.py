@@ -185,3 +185,16 @@ def test_data_dir_argument_wins_over_the_environment_variable(tmp_path, monkeypa
     monkeypatch.setenv("DRMAS_DATA_DIR", os.fspath(second))
     assert datasets.load_tasks("aime25")[0]["problem"] == "from b"
     assert datasets.load_tasks("aime25", data_dir=first)[0]["problem"] == "from a"
+
+
+def test_local_hub_copy_records_the_downloaded_revision(tmp_path):
+    """`hf download --local-dir` keeps `.cache/huggingface/download/<file>.metadata` (commit hash first)."""
+    root = tmp_path / "MathArena" / "aime_2025"
+    write_rows(root / "data" / "train-00000-of-00001.jsonl", aime25_rows(2))
+    meta = root / ".cache" / "huggingface" / "download" / "data" / "train-00000-of-00001.jsonl.metadata"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('0123456789abcdef0123456789abcdef01234567\n"etag"\n1764900000.0\n')
+    (meta.parent / "train-00000-of-00001.jsonl.lock").write_text("")
+    tasks = datasets.load_tasks("aime25", data_dir=tmp_path)
+    assert len(tasks) == 2
+    assert tasks.provenance["files"][0]["revision"] == "0123456789abcdef0123456789abcdef01234567"

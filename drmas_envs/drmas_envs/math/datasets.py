@@ -205,12 +205,7 @@ def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLi
         fields_hint="one JSON object per line with `problem` and `answer`",
     )
     tasks = tuple(t for f in found.files for t in _file_tasks(f, name, _fields(hub)))
-    record: dict[str, Any] = {"dataset": name, "split": split, "n": len(tasks), "origin": found.origin}
-    if found.origin == "hub":
-        record.update(found.hub or {})
-    else:
-        record["files"] = [file_provenance(f) for f in found.files]
-    return TaskSet(tasks, record)
+    return TaskSet(tasks, found.provenance(name, split, len(tasks)))
 
 
 def _fields(hub: HubSource | None) -> HubSource:

@@ -118,15 +118,6 @@ def _first_per_source(items: Sequence[dict[str, Any]], n: int) -> list[dict[str,
     return out
 
 
-def _record(name: str, split: str, found: Any, n: int) -> dict[str, Any]:
-    record: dict[str, Any] = {"dataset": name, "split": split, "n": n, "origin": found.origin}
-    if found.origin == "hub":
-        record.update(found.hub or {})
-    else:
-        record["files"] = [file_provenance(f) for f in found.files]
-    return record
-
-
 def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
     found = locate(
         f"{name} [{split}]",
@@ -137,7 +128,7 @@ def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
         fields_hint="one JSON object per line with `question` and `golden_answers`",
     )
     items = [{**q, "source": name} for f in found.files for q in read_questions(f)]
-    return TaskSet(items, _record(name, split, found, len(items)))
+    return TaskSet(items, found.provenance(name, split, len(items)))
 
 
 def _paper(name: str, data_dir: str | None) -> TaskSet:
@@ -153,7 +144,7 @@ def _paper(name: str, data_dir: str | None) -> TaskSet:
     items = [{**q, "id": f"{q['source']}:{q['id']}"} for f in found.files for q in read_questions(f)]
     if per_source is not None:
         items = _first_per_source(items, per_source)
-    record = _record(name, split, found, len(items))
+    record = found.provenance(name, split, len(items))
     if per_source is not None:
         record["per_source"] = per_source
     return TaskSet(items, record)
