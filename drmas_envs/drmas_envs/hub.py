@@ -13,6 +13,7 @@ the command that fetches it once.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +136,11 @@ def fetch_split(hub: HubSplit) -> Located:
     return Located(files, "hub", record)
 
 
+# Every make() resolves its dataset again; one download (and one revision lookup) per split and process.
+# A failure is not cached, so a later call retries.
+_fetch_cached = functools.lru_cache(maxsize=64)(fetch_split)
+
+
 def locate(
     dataset: str,
     flat_names: Sequence[str],
@@ -160,7 +166,7 @@ def locate(
     reason = "there is no hub copy"
     if hub is not None:
         try:
-            return fetch_split(hub)
+            return _fetch_cached(hub)
         except HubUnavailable as exc:
             reason = f"{hub.repo} ({hub.split} split) {exc}"
     raise not_found(dataset, looked, reason, hub, flat_names, data_dir, fields_hint)

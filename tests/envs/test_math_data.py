@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import drmas_envs
-from drmas_envs import DataError
+from drmas_envs import DataError, hub
 from drmas_envs.math import datasets, generated
 
 SHARED_MATH = Path(os.environ.get("DRMAS_DATA_DIR") or Path(__file__).parents[2].parent / "shared" / "data") / "math"
@@ -153,11 +153,13 @@ def test_hub_fallback_file_selection_and_field_mapping(tmp_path, monkeypatch):
     for name, rows in files.items():
         write(tmp_path / name.replace("/", "__"), rows)
     siblings = [SimpleNamespace(rfilename=f) for f in files]
-    monkeypatch.setattr(
-        huggingface_hub.HfApi,
-        "dataset_info",
-        lambda self, repo, revision=None: SimpleNamespace(sha="abc123", siblings=siblings),
-    )
+    lookups = []
+
+    def dataset_info(self, repo, revision=None):
+        lookups.append(repo)
+        return SimpleNamespace(sha="abc123", siblings=siblings)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", dataset_info)
     monkeypatch.setattr(
         huggingface_hub,
         "hf_hub_download",
@@ -165,7 +167,13 @@ def test_hub_fallback_file_selection_and_field_mapping(tmp_path, monkeypatch):
     )
     monkeypatch.delenv("DRMAS_DATA_DIR", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    tasks = datasets.load_tasks("gsm8k", data_dir=tmp_path / "empty")
+    hub._fetch_cached.cache_clear()
+    try:
+        tasks = datasets.load_tasks("gsm8k", data_dir=tmp_path / "empty")
+        again = datasets.load_tasks("gsm8k", data_dir=tmp_path / "empty")
+    finally:
+        hub._fetch_cached.cache_clear()
+    assert lookups == ["openai/gsm8k"] and again[0] is tasks[0]  # one hub lookup per split and process
     assert [(t["problem"], t["answer"], t["source"]) for t in tasks] == [("Q1", "1234", "gsm8k")]
     assert tasks.provenance == {
         "dataset": "gsm8k",
