@@ -202,7 +202,7 @@ def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLi
         hub.hub_split if hub else None,
         data_dir,
         subdirs=("math",),
-        fields_hint="one JSON object per line with `problem` and `answer`",
+        fields_hint="rows with `problem` and `answer`",
     )
     tasks = tuple(t for f in found.files for t in _file_tasks(f, name, _fields(hub)))
     return TaskSet(tasks, found.provenance(name, split, len(tasks)))

@@ -125,7 +125,7 @@ def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
         HubSplit(HUB_REPO, split, config=name),
         data_dir,
         subdirs=("search",),
-        fields_hint="one JSON object per line with `question` and `golden_answers`",
+        fields_hint="rows with `question` and `golden_answers`",
     )
     items = [{**q, "source": name} for f in found.files for q in read_questions(f)]
     return TaskSet(items, found.provenance(name, split, len(items)))
