@@ -85,6 +85,18 @@ def test_test_sampled_from_shared_data_and_a_fixture_for_aime25(tmp_path, monkey
     assert str(tmp_path) in sources[2]
 
 
+@pytest.mark.skipif(not (SHARED / "math").is_dir(), reason="../shared/data is not available")
+def test_full_test_mix_from_shared_data_and_fixtures_for_what_it_lacks(tmp_path, monkeypatch):
+    """MATH-500, AIME 2024, AMC 23 and Minerva from the real copies; AIME 2025 and OlympiadBench from fixtures."""
+    write_math_hub_layout(tmp_path, {"aime25": 30, "olympiadbench": 9})
+    monkeypatch.setenv("DRMAS_DATA_DIR", str(SHARED))
+    tasks = drmas_envs.env_dataset("math-2agent", dataset="math_test", data_dir=tmp_path)
+    counts = {"math500": 500, "aime24": 30, "aime25": 30, "olympiadbench": 9, "amc23": 40, "minerva": 272}
+    assert Counter(t["source"] for t in tasks) == counts
+    assert list(dict.fromkeys(t["source"] for t in tasks)) == list(counts)
+    assert len({t["id"] for t in tasks}) == len(tasks) and all(t["answer"] for t in tasks)
+
+
 @needs_pyarrow
 def test_dapo_filter_verl_rows_and_dapo_stay_apart(tmp_path):
     suffix = "\n\nLet's think step by step and output the final answer within \\boxed{}."

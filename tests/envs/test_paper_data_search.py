@@ -1,7 +1,9 @@
 """The paper's search data by name: nq_hotpotqa_train, search_test_sampled (30 per source), search_test."""
 
 import hashlib
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from paper_fixtures import SEARCH_SOURCES, needs_pyarrow, search_rows, write_rows
@@ -13,6 +15,13 @@ from drmas_envs.search.data import load_questions
 
 TEST_COUNTS = dict(zip(SEARCH_SOURCES, (31, 40, 33, 35, 30, 38, 32)))
 REPO = ("PeterJinGo", "nq_hotpotqa_train")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SHARED_TEST = {
+    "nq": "nq_test",
+    "triviaqa": "triviaqa_test",
+    "hotpotqa": "hotpotqa_dev",
+    "2wikimultihopqa": "2wikimultihopqa_dev",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +115,27 @@ def test_malformed_jsonl_line_names_file_and_line(tmp_path):
 
 def test_world_stays_the_default():
     assert drmas_envs.env_dataset("search-3agent").provenance["origin"] == "generated"
+
+
+@needs_pyarrow
+@pytest.mark.skipif(not (SHARED / "search").is_dir(), reason="../shared/data is not available")
+def test_sampled_from_real_questions_in_the_search_r1_layout(tmp_path):
+    """test.parquet rebuilt from the real NQ/TriviaQA/HotpotQA/2Wiki copies (first 40 each) + fixtures for the rest."""
+    rows = []
+    for source in SEARCH_SOURCES:
+        if source in SHARED_TEST:
+            lines = (SHARED / "search" / f"{SHARED_TEST[source]}.jsonl").read_text().splitlines()[:40]
+            real = [json.loads(line) for line in lines]
+            rows += [
+                {"id": q["id"], "question": q["question"], "golden_answers": q["golden_answers"], "data_source": source}
+                for q in real
+            ]
+        else:
+            rows += search_rows("test", {source: 35})
+    write_rows(tmp_path.joinpath(*REPO) / "test.parquet", rows)
+    items = load_questions("search_test_sampled", None, str(tmp_path))
+    assert Counter(q["source"] for q in items) == dict.fromkeys(SEARCH_SOURCES, 30)
+    nq = [json.loads(line) for line in (SHARED / "search" / "nq_test.jsonl").read_text().splitlines()[:30]]
+    assert [(q["question"], q["golden_answers"]) for q in items[:30]] == [
+        (q["question"].strip(), q["golden_answers"]) for q in nq
+    ]
