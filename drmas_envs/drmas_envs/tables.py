@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -88,22 +89,39 @@ def _parquet_rows(path: Path, columns: Sequence[str] | None) -> Iterator[Row]:
             yield f"{path}: row {i}", row
 
 
+_SPLIT_WORDS = ("train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval", "evaluation")
+
+
+def _names_split(path: str, split: str) -> bool:
+    """Whether `split` is a word of `path`, delimited as the `datasets` library delimits split names."""
+    return re.search(rf"(^|[-._ 0-9/]){re.escape(split)}([-._ 0-9/]|$)", path) is not None
+
+
 def split_files(names: Iterable[str], split: str, config: str | None = None) -> list[str]:
     """The files among a repo's (relative, "/"-separated) `names` that hold `split`, sorted.
 
-    A split's file is `<split>.<ext>`, `<split>-<shard...>.<ext>` or any table under a `<split>/`
-    folder; with a `config` whose folder exists, only files under `<config>/` count.
+    First choice: `<split>.<ext>`, `<split>-<shard...>.<ext>` or any table under a `<split>/` folder.
+    Else, as the `datasets` library resolves a repo without such names: files naming the split as a
+    word (`dapo_train.parquet`), and for "train", every table when no file names any split. With a
+    `config` whose folder exists, only files under `<config>/` count.
     """
     tables = [n for n in names if is_table(n)]
     if config and any(n.startswith(f"{config}/") for n in tables):
         tables = [n for n in tables if n.startswith(f"{config}/")]
-    picked = []
+    exact = []
     for name in tables:
         p = PurePosixPath(name)
         stem = p.name.split(".")[0]
         if stem == split or stem.startswith(f"{split}-") or split in p.parent.parts:
-            picked.append(name)
-    return sorted(picked)
+            exact.append(name)
+    if exact:
+        return sorted(exact)
+    worded = [n for n in tables if _names_split(n, split)]
+    if worded or split != "train":
+        return sorted(worded)
+    if any(_names_split(n, w) for n in tables for w in _SPLIT_WORDS):
+        return []
+    return sorted(tables)
 
 
 def local_split_files(root: Path, split: str, config: str | None = None) -> list[Path]:

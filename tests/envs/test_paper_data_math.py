@@ -210,3 +210,21 @@ def test_local_hub_copy_records_the_downloaded_revision(tmp_path):
     tasks = datasets.load_tasks("aime25", data_dir=tmp_path)
     assert len(tasks) == 2
     assert tasks.provenance["files"][0]["revision"] == "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("files", "split", "picked"),
+    [
+        (["README.md", "test.jsonl", "test_sampled.jsonl"], "test", ["test.jsonl"]),
+        (["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"], "train", None),
+        (["main/test-0.jsonl", "main/train-0.jsonl", "socratic/test-0.jsonl"], "test", ["main/test-0.jsonl"]),
+        (["dapo_filter_train.parquet", "dapo_filter_eval.parquet"], "train", ["dapo_filter_train.parquet"]),
+        (["dapo_filter.parquet"], "train", ["dapo_filter.parquet"]),  # one unnamed file: `datasets` calls it train
+        (["dapo_filter.parquet"], "test", []),
+        (["all.jsonl", "dev.jsonl"], "train", []),
+    ],
+)
+def test_split_files_follow_the_hub_naming(files, split, picked):
+    from drmas_envs.tables import split_files
+
+    assert split_files(files, split, config="main") == (files if picked is None else picked)
