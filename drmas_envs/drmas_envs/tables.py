@@ -103,10 +103,10 @@ def split_files(names: Iterable[str], split: str, config: str | None = None) -> 
     First choice: `<split>.<ext>`, `<split>-<shard...>.<ext>` or any table under a `<split>/` folder.
     Else, as the `datasets` library resolves a repo without such names: files naming the split as a
     word (`dapo_train.parquet`), and for "train", every table when no file names any split. With a
-    `config` whose folder exists, only files under `<config>/` count.
+    `config`, only files under `<config>/` count.
     """
     tables = [n for n in names if is_table(n)]
-    if config and any(n.startswith(f"{config}/") for n in tables):
+    if config:  # a repo of several configs (FlashRAG: one folder per dataset); another config's files never count
         tables = [n for n in tables if n.startswith(f"{config}/")]
     exact = []
     for name in tables:

@@ -217,7 +217,6 @@ def test_local_hub_copy_records_the_downloaded_revision(tmp_path):
     [
         (["README.md", "test.jsonl", "test_sampled.jsonl"], "test", ["test.jsonl"]),
         (["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"], "train", None),
-        (["main/test-0.jsonl", "main/train-0.jsonl", "socratic/test-0.jsonl"], "test", ["main/test-0.jsonl"]),
         (["dapo_filter_train.parquet", "dapo_filter_eval.parquet"], "train", ["dapo_filter_train.parquet"]),
         (["dapo_filter.parquet"], "train", ["dapo_filter.parquet"]),  # one unnamed file: `datasets` calls it train
         (["dapo_filter.parquet"], "test", []),
@@ -227,4 +226,12 @@ def test_local_hub_copy_records_the_downloaded_revision(tmp_path):
 def test_split_files_follow_the_hub_naming(files, split, picked):
     from drmas_envs.tables import split_files
 
-    assert split_files(files, split, config="main") == (files if picked is None else picked)
+    assert split_files(files, split) == (files if picked is None else picked)
+
+
+def test_split_files_of_a_config_never_come_from_another():
+    from drmas_envs.tables import split_files
+
+    files = ["main/test-0.jsonl", "main/train-0.jsonl", "socratic/test-0.jsonl", "nq/test.jsonl"]
+    assert split_files(files, "test", config="main") == ["main/test-0.jsonl"]
+    assert split_files(files, "test", config="bamboogle") == []
