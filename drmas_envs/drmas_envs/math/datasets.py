@@ -249,10 +249,3 @@ def load_mix(name: str, split: str | None = None, data_dir: str | os.PathLike | 
         record["members"].append({"source": m.source, "take": len(chosen), **part.provenance})
     record["n"] = len(tasks)
     return TaskSet(tasks, record)
-
-
-@functools.lru_cache(maxsize=16)
-def _load_hub_cached(hub: HubSource, source: str) -> tuple[Task, ...]:
-    """Kept for callers that load a hub source directly; `load_tasks` is the usual way."""
-    found = locate(source, (), hub.hub_split, None)
-    return tuple(t for f in found.files for t in _file_tasks(f, source, hub))
