@@ -10,11 +10,12 @@ that installed packages declare in the `drmas_envs.envs` entry-point group (`drm
 `make` also takes a `package.module:factory` reference. No torch is imported, here or by any env.
 """
 
-from drmas_envs.data import DataError, read_jsonl
+from drmas_envs.data import DataError, DatasetNotFoundError, read_jsonl
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.evaluate import evaluate
 from drmas_envs.loading import EnvNotFoundError
 from drmas_envs.lockstep import EpisodeResult, run_lockstep
+from drmas_envs.provenance import TaskSet, dataset_provenance, env_dataset
 from drmas_envs.registry import discover_installed, list_envs, make, register
 from drmas_envs.workflow import Call, Parsed, PromptTemplate, Score, Workflow
 
@@ -55,13 +56,17 @@ discover_installed()
 __all__ = [
     "Call",
     "DataError",
+    "DatasetNotFoundError",
     "EnvNotFoundError",
     "EpisodeResult",
     "Parsed",
     "PromptTemplate",
     "Score",
+    "TaskSet",
     "Workflow",
     "WorkflowEnv",
+    "dataset_provenance",
+    "env_dataset",
     "evaluate",
     "list_envs",
     "make",

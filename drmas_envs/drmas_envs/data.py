@@ -13,8 +13,24 @@ DATA_DIR_ENV = "DRMAS_DATA_DIR"
 """Environment variable naming a local directory searched for known dataset names."""
 
 
+HUB_OFFLINE_ENV = "HF_HUB_OFFLINE"
+"""The Hugging Face hub's own offline switch: when set (1/true/yes), known names are never fetched."""
+
+
 class DataError(ValueError):
     """A dataset file or item is malformed; the message names the file and line."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A known dataset is neither in a local data directory nor reachable on the hub.
+
+    The message is one line: the dataset, every place looked, why the hub failed, and how to provide it.
+    """
+
+
+def hub_offline() -> bool:
+    """Whether $HF_HUB_OFFLINE asks not to contact the hub (read at call time, not import time)."""
+    return os.environ.get(HUB_OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _open(path: Path):

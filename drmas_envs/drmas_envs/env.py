@@ -74,6 +74,8 @@ class WorkflowEnv(AECEnv):
             raise ValueError("WorkflowEnv needs at least one task")
         self._factory = workflow
         self.tasks = list(tasks)
+        # where the tasks came from (a `TaskSet`'s record), for a trainer's run config
+        self.data_provenance: dict[str, Any] = dict(getattr(tasks, "provenance", None) or {})
         self.possible_agents = list(roles if roles is not None else workflow.roles)
         self.format_penalty = self._per_agent(format_penalty)
         self.prompts = dict(prompts or {})

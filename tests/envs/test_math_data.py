@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import drmas_envs
-from drmas_envs import DataError
+from drmas_envs import DataError, hub
 from drmas_envs.math import datasets, generated
 
 SHARED_MATH = Path(os.environ.get("DRMAS_DATA_DIR") or Path(__file__).parents[2].parent / "shared" / "data") / "math"
@@ -141,7 +141,9 @@ def test_bad_generated_options():
 
 
 def test_hub_fallback_file_selection_and_field_mapping(tmp_path, monkeypatch):
-    """The hub transport is replaced by local files (no network here); selection and parsing are real."""
+    """The hub transport is replaced by local files (no network here); selection, parsing and provenance are real."""
+    from types import SimpleNamespace
+
     huggingface_hub = pytest.importorskip("huggingface_hub")
     files = {
         "main/test-00000.jsonl": [{"question": "Q1", "answer": "work\n#### 1,234"}],
@@ -150,14 +152,37 @@ def test_hub_fallback_file_selection_and_field_mapping(tmp_path, monkeypatch):
     }
     for name, rows in files.items():
         write(tmp_path / name.replace("/", "__"), rows)
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo, repo_type=None: list(files))
+    siblings = [SimpleNamespace(rfilename=f) for f in files]
+    lookups = []
+
+    def dataset_info(self, repo, revision=None):
+        lookups.append(repo)
+        return SimpleNamespace(sha="abc123", siblings=siblings)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", dataset_info)
     monkeypatch.setattr(
-        huggingface_hub, "hf_hub_download", lambda repo, f, repo_type=None: str(tmp_path / f.replace("/", "__"))
+        huggingface_hub,
+        "hf_hub_download",
+        lambda repo, f, repo_type=None, revision=None: str(tmp_path / f.replace("/", "__")),
     )
     monkeypatch.delenv("DRMAS_DATA_DIR", raising=False)
-    datasets._load_hub_cached.cache_clear()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    hub._fetch_cached.cache_clear()
     try:
         tasks = datasets.load_tasks("gsm8k", data_dir=tmp_path / "empty")
+        again = datasets.load_tasks("gsm8k", data_dir=tmp_path / "empty")
     finally:
-        datasets._load_hub_cached.cache_clear()
+        hub._fetch_cached.cache_clear()
+    assert lookups == ["openai/gsm8k"] and again[0] is tasks[0]  # one hub lookup per split and process
     assert [(t["problem"], t["answer"], t["source"]) for t in tasks] == [("Q1", "1234", "gsm8k")]
+    assert tasks.provenance == {
+        "dataset": "gsm8k",
+        "split": "test",
+        "n": 1,
+        "origin": "hub",
+        "repo": "openai/gsm8k",
+        "revision": "abc123",
+        "hub_split": "test",
+        "hub_files": ["main/test-00000.jsonl"],
+        "config": "main",
+    }

@@ -1,86 +1,51 @@
-"""Math datasets: JSONL files, known names (local data directory first, then the Hugging Face hub).
+"""Math datasets: files (JSONL or Parquet), known names (local data directory first, then the hub), mixes.
 
 Every item becomes a dict with at least `id`, `problem`, `answer` (a non-empty string) and `source`;
 other fields are kept. Loads are cached per file (path, size, mtime), so the hundreds of `make()`
-calls of an evaluation or a training run read each file once.
+calls of an evaluation or a training run read each file once. Every load returns a `TaskSet` whose
+`provenance` says which files (path, sha256) or hub revision the items came from. The known names
+and the paper's mixes are listed in `drmas_envs.math.known`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DATA_DIR_ENV, DataError, data_dirs, find_local, iter_jsonl_numbered
+from drmas_envs.data import DataError, DatasetNotFoundError
+from drmas_envs.hub import locate
 from drmas_envs.math.answers import last_boxed
+from drmas_envs.math.known import KNOWN, MIXES, HubSource, KnownDataset, Member
+from drmas_envs.provenance import TaskSet, file_provenance
+from drmas_envs.tables import iter_rows
 
 logger = logging.getLogger(__name__)
 
 Task = dict[str, Any]
 
+__all__ = [
+    "KNOWN",
+    "MIXES",
+    "HubSource",
+    "KnownDataset",
+    "Member",
+    "load_jsonl_tasks",
+    "load_tasks",
+    "looks_like_path",
+    "normalise_item",
+]
 
-@dataclass(frozen=True)
-class HubSource:
-    """Where a known dataset lives on the Hugging Face hub, and which fields hold problem and answer."""
-
-    repo: str
-    split: str
-    problem_keys: tuple[str, ...] = ("problem", "question", "Problem")
-    answer_keys: tuple[str, ...] = ("answer", "final_answer", "Answer", "solution")
-    config: str | None = None
-
-
-@dataclass(frozen=True)
-class KnownDataset:
-    """A dataset known by name: local file names per split, and a hub fallback per split."""
-
-    files: Mapping[str, tuple[str, ...]]
-    hub: Mapping[str, HubSource]
-    default_split: str
-
-
-def _known(split: str, files: tuple[str, ...], hub: HubSource | None) -> KnownDataset:
-    return KnownDataset({split: files}, {split: hub} if hub else {}, split)
-
-
-# Hub ids are the public copies these sets are commonly evaluated from; they cannot be fetched on an
-# offline machine, where the local files (e.g. data/math/*.jsonl) are used instead.
-KNOWN: dict[str, KnownDataset] = {
-    "math500": _known("test", ("math500.jsonl",), HubSource("HuggingFaceH4/MATH-500", "test")),
-    "aime24": _known("test", ("aime24.jsonl", "aime_2024.jsonl"), HubSource("HuggingFaceH4/aime_2024", "train")),
-    "aime25": _known("test", ("aime25.jsonl", "aime_2025.jsonl"), HubSource("math-ai/aime25", "test")),
-    "amc23": _known("test", ("amc23.jsonl",), HubSource("math-ai/amc23", "test")),
-    "minerva": _known("test", ("minerva_math.jsonl", "minerva.jsonl"), HubSource("math-ai/minervamath", "test")),
-    "olympiadbench": _known(
-        "test", ("olympiadbench.jsonl",), HubSource("math-ai/olympiadbench", "test", answer_keys=("final_answer",))
-    ),
-    "gsm8k": KnownDataset(
-        {"test": ("gsm8k_test.jsonl", "gsm8k.jsonl"), "train": ("gsm8k_train.jsonl",)},
-        {s: HubSource("openai/gsm8k", s, config="main") for s in ("test", "train")},
-        "test",
-    ),
-    "math_train": _known(
-        "train",
-        ("math_train.jsonl",),
-        HubSource("DigitalLearningGmbH/MATH-lighteval", "train", answer_keys=("solution",)),
-    ),
-    "dapo": _known(
-        "train",
-        ("dapo.jsonl", "dapo_math_17k.jsonl"),
-        HubSource("open-r1/DAPO-Math-17k-Processed", "train", ("prompt",), ("solution",), config="en"),
-    ),
-    "aime_train": _known("train", ("aime_1983_2023_train.jsonl",), None),
-    "amc22_23": _known("test", ("amc_2022_2023.jsonl",), None),
-}
-KNOWN["math"] = KnownDataset(
-    {"train": KNOWN["math_train"].files["train"], "test": KNOWN["math500"].files["test"]},
-    {"train": KNOWN["math_train"].hub["train"], "test": KNOWN["math500"].hub["test"]},
-    "test",
+# The instruction DAPO-style chat prompts end with; our prompts give their own, as the reference's
+# preprocessing strips it from `aaabiao/dapo_filter` too.
+_BOXED_SUFFIX = re.compile(
+    r"(\r?\n|\\n)*\s*Let'?s\s+think\s+step\s+by\s+step\s+and\s+output\s+the\s+final\s+answer"
+    r"\s+within\s*\\boxed\{\}\.\s*$",
+    re.IGNORECASE,
 )
 
 
@@ -101,8 +66,36 @@ def _answer_text(value: Any, key: str) -> str | None:
     return None
 
 
+def _get(item: Mapping[str, Any], key: str) -> Any:
+    """`item[key]`, where a dotted key walks nested mappings; `_MISSING` when absent."""
+    value: Any = item
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+_MISSING = object()
+
+
 def _pick(item: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
-    return next(((k, item[k]) for k in keys if k in item), None)
+    for k in keys:
+        value = _get(item, k)
+        if value is not _MISSING:
+            return k, value
+    return None
+
+
+def _problem_text(value: Any) -> str | None:
+    """A problem as text: a string, or the user turn of chat messages (its boxed-answer instruction cut)."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value):
+        users = [m.get("content") for m in value if m.get("role", "user") == "user"]
+        if users and isinstance(users[-1], str) and users[-1].strip():
+            return _BOXED_SUFFIX.sub("", users[-1])
+    return None
 
 
 def normalise_item(item: Mapping[str, Any], where: str, source: str, index: int, hub: HubSource | None = None) -> Task:
@@ -110,32 +103,47 @@ def normalise_item(item: Mapping[str, Any], where: str, source: str, index: int,
     problem_keys = hub.problem_keys if hub else ("problem",)
     answer_keys = hub.answer_keys if hub else ("answer",)
     picked_p, picked_a = _pick(item, problem_keys), _pick(item, answer_keys)
-    if picked_p is None or not isinstance(picked_p[1], str) or not picked_p[1].strip():
-        raise DataError(f"{where}: `{'|'.join(problem_keys)}` must be a non-empty string")
-    answer = _answer_text(picked_a[1], picked_a[0]) if picked_a else None
+    problem = _problem_text(picked_p[1]) if picked_p else None
+    if problem is None:
+        raise DataError(f"{where}: `{'|'.join(problem_keys)}` must be a non-empty string (or chat messages)")
+    answer = _answer_text(picked_a[1], picked_a[0].rsplit(".", 1)[-1]) if picked_a else None
     if not answer:
         raise DataError(f"{where}: `{'|'.join(answer_keys)}` must be a non-empty string, number or list")
     task = {k: v for k, v in item.items() if isinstance(k, str)}
-    task.update(problem=picked_p[1], answer=answer)
+    task.update(problem=problem, answer=answer)
     task["id"] = str(item.get("id", f"{source}-{index}"))
     task["source"] = str(item.get("source") or source)
     return task
 
 
 @functools.lru_cache(maxsize=64)
-def _load_file(path: str, size: int, mtime_ns: int) -> tuple[Task, ...]:
-    source = Path(path).name.split(".")[0]
-    return tuple(
-        normalise_item(item, f"{path}:{lineno}", source, i)
-        for i, (lineno, item) in enumerate(iter_jsonl_numbered(path, required=("problem", "answer")))
-    )
+def _load_file(path: str, size: int, mtime_ns: int, source: str, hub: HubSource | None) -> tuple[Task, ...]:
+    tasks = []
+    for i, (where, item) in enumerate(iter_rows(path)):
+        if hub is None:
+            missing = [f for f in ("problem", "answer") if f not in item]
+            if missing:
+                raise DataError(f"{where}: missing field(s) {missing}")
+        tasks.append(normalise_item(item, where, source, i, hub))
+    return tuple(tasks)
 
 
-def load_jsonl_tasks(path: str | os.PathLike) -> tuple[Task, ...]:
-    """The tasks of a JSONL file (fields `problem`, `answer`, optional `id`, `source`), cached.
+def _file_tasks(path: Path, source: str | None = None, hub: HubSource | None = None) -> tuple[Task, ...]:
+    p = path.expanduser().resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset file not found: {p}")
+    st = p.stat()
+    tasks = _load_file(str(p), st.st_size, st.st_mtime_ns, source or p.name.split(".")[0], hub)
+    if not tasks:
+        raise DataError(f"{p}: no items")
+    return tasks
+
+
+def load_jsonl_tasks(path: str | os.PathLike) -> TaskSet:
+    """The tasks of a JSONL or Parquet file (fields `problem`, `answer`, optional `id`, `source`), cached.
 
     Raises:
-        DataError: a malformed line, named by path and line number.
+        DataError: a malformed line or row, named by path and line/row number.
         FileNotFoundError: no such file.
 
     """
@@ -143,86 +151,101 @@ def load_jsonl_tasks(path: str | os.PathLike) -> tuple[Task, ...]:
     if not p.is_file():
         raise FileNotFoundError(f"dataset file not found: {p}")
     st = p.stat()
-    tasks = _load_file(str(p), st.st_size, st.st_mtime_ns)
-    if not tasks:
-        raise DataError(f"{p}: no items")
-    return tasks
+    return _path_taskset(str(p), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _path_taskset(path: str, size: int, mtime_ns: int) -> TaskSet:
+    tasks = _file_tasks(Path(path))
+    return TaskSet(tasks, {"dataset": path, "n": len(tasks), "origin": "local", "files": [file_provenance(path)]})
 
 
 def looks_like_path(dataset: str) -> bool:
     """Whether `dataset` names a file rather than a known dataset."""
-    return dataset.endswith((".jsonl", ".jsonl.gz", ".json")) or os.sep in dataset or Path(dataset).is_file()
+    return (
+        dataset.endswith((".jsonl", ".jsonl.gz", ".json", ".parquet")) or os.sep in dataset or Path(dataset).is_file()
+    )
 
 
-def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None) -> tuple[Task, ...]:
-    """Resolve `dataset` (a JSONL path or a known name) and `split` to a tuple of tasks.
+def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None) -> TaskSet:
+    """Resolve `dataset` (a file path, a known name or a mix) and `split` to its tasks.
 
-    Known names are looked up as `<data dir>/<file>` and `<data dir>/math/<file>` in `data_dir` and
-    $DRMAS_DATA_DIR, and otherwise fetched from the Hugging Face hub.
+    Known names are looked up in `data_dir`, then $DRMAS_DATA_DIR (as `<dir>/<file>`, `<dir>/math/<file>`,
+    or the hub repo's layout in `<dir>/<owner>/<name>/`), then on the Hugging Face hub.
+
+    Raises:
+        DatasetNotFoundError: a known name is neither local nor on a reachable hub (the message says how
+            to fetch it once).
+        DataError: a malformed file, named by path and line/row.
+        ValueError: an unknown name or split.
+
     """
     if looks_like_path(dataset):
         if split not in (None, "", "test", "train"):
             logger.info("split %r ignored for the file %s", split, dataset)
         return load_jsonl_tasks(dataset)
     name = dataset.lower().replace("-", "_")
+    if name in MIXES:
+        return load_mix(name, split, data_dir)
     if name not in KNOWN:
-        raise ValueError(f"unknown math dataset {dataset!r}: give a JSONL path or one of {sorted(KNOWN)}")
+        raise ValueError(
+            f"unknown math dataset {dataset!r}: give a JSONL/Parquet path or one of {sorted([*KNOWN, *MIXES])}"
+        )
     known = KNOWN[name]
     split = split or known.default_split
     if split not in known.files:
         raise ValueError(f"dataset {dataset!r} has no split {split!r}; splits: {sorted(known.files)}")
-    names = known.files[split]
-    local = find_local([*names, *(f"math/{n}" for n in names)], data_dir)
-    if local is not None:
-        return load_jsonl_tasks(local)
     hub = known.hub.get(split)
-    searched = [str(d) for d in data_dirs(data_dir)] or [f"(none: pass data_dir= or set ${DATA_DIR_ENV})"]
-    if hub is None:
-        raise FileNotFoundError(f"dataset {dataset!r} ({split}): none of {list(names)} in {searched}")
-    return _load_hub_cached(hub, name)
+    found = locate(
+        f"{name} [{split}]",
+        known.files[split],
+        hub.hub_split if hub else None,
+        data_dir,
+        subdirs=("math",),
+        fields_hint="rows with `problem` and `answer`",
+    )
+    tasks = tuple(t for f in found.files for t in _file_tasks(f, name, _fields(hub)))
+    return TaskSet(tasks, found.provenance(name, split, len(tasks)))
 
 
-@functools.lru_cache(maxsize=16)
-def _load_hub_cached(hub: HubSource, source: str) -> tuple[Task, ...]:
-    rows = load_hub_rows(hub)
-    return tuple(normalise_item(r, f"hf://{hub.repo}[{hub.split}] row {i}", source, i, hub) for i, r in enumerate(rows))
+def _fields(hub: HubSource | None) -> HubSource:
+    """Field names for a known name's files: ours (`problem`, `answer`) first, then the hub copy's."""
+    hub = hub or HubSource("", "")
+    return HubSource(
+        hub.repo,
+        hub.split,
+        tuple(dict.fromkeys(("problem", *hub.problem_keys))),
+        tuple(dict.fromkeys(("answer", *hub.answer_keys))),
+    )
 
 
-def load_hub_rows(hub: HubSource) -> list[dict[str, Any]]:
-    """Download one split of a hub dataset (JSON, JSONL or Parquet files) and return its rows.
+def load_mix(name: str, split: str | None = None, data_dir: str | os.PathLike | None = None) -> TaskSet:
+    """One of `MIXES`: its members resolved like known names, each item tagged with its member's `source`.
 
-    Needs `huggingface_hub` (and `pyarrow` for Parquet) and network access; neither is exercised in
-    this project's offline tests.
+    Raises:
+        DatasetNotFoundError: one error listing every member that was not found.
+        DataError: a member has fewer items than the mix takes from it.
+
     """
-    try:
-        from huggingface_hub import HfApi, hf_hub_download
-    except ImportError:
-        raise DataError(
-            f"dataset {hub.repo!r} is not in a local data directory and `huggingface_hub` is not installed; "
-            f"`pip install huggingface_hub` or put the JSONL file in ${DATA_DIR_ENV}"
-        ) from None
-    files = HfApi().list_repo_files(hub.repo, repo_type="dataset")
-    prefix = f"{hub.config}/" if hub.config and any(f.startswith(f"{hub.config}/") for f in files) else ""
-    data_files = [f for f in files if f.startswith(prefix) and f.endswith((".jsonl", ".json", ".parquet"))]
-    # "<split>.jsonl", "<split>-00000-of-00001.parquet", or files under a "<split>/" folder
-    wanted = [f for f in data_files if Path(f).name.startswith(hub.split) or f"/{hub.split}/" in f"/{f}"]
-    if not wanted:
-        raise DataError(f"no {hub.split!r} data files (jsonl/json/parquet) found in hub dataset {hub.repo!r}")
-    rows: list[dict[str, Any]] = []
-    for f in sorted(wanted):
-        local = hf_hub_download(hub.repo, f, repo_type="dataset")
-        rows.extend(_read_rows(Path(local)))
-    return rows
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".parquet":
+    if split not in (None, "", "test"):
+        raise ValueError(f"dataset {name!r} is a test mix; it has no split {split!r}")
+    members, missing = [], []
+    for m in MIXES[name]:
         try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise DataError(f"{path} is Parquet; `pip install pyarrow` to read it") from None
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, list) else data.get("data", [])
-    return [item for _, item in iter_jsonl_numbered(path)]
+            members.append((m, load_tasks(m.dataset, None, data_dir)))
+        except DatasetNotFoundError as exc:
+            missing.append(str(exc))
+    if missing:
+        names = ", ".join(m.dataset for m in MIXES[name])
+        raise DatasetNotFoundError(
+            f"dataset {name!r} (a mix of {names}): {len(missing)} member(s) missing: " + " | ".join(missing)
+        )
+    tasks, record = [], {"dataset": name, "split": "test", "origin": "mix", "members": []}
+    for m, part in members:
+        if m.take is not None and len(part) < m.take:
+            raise DataError(f"{name}: member {m.dataset} has {len(part)} items, fewer than the {m.take} it takes")
+        chosen = part[: m.take] if m.take is not None else part
+        tasks.extend({**t, "source": m.source, "id": f"{m.source}:{t['id']}"} for t in chosen)
+        record["members"].append({"source": m.source, "take": len(chosen), **part.provenance})
+    record["n"] = len(tasks)
+    return TaskSet(tasks, record)

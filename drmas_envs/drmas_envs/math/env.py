@@ -21,6 +21,7 @@ from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
 from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
 from drmas_envs.math.workflow import MathRules, MathWorkflowFactory
+from drmas_envs.provenance import TaskSet
 from drmas_envs.workflow import PromptTemplate
 
 VERIFIER_MODES = ("judge", "recompute")
@@ -33,8 +34,10 @@ class MathEnvConfig:
     n_agents: int = 2
     """1: the Solver alone (`math-1agent`); 2: Solver and Verifier (`math-2agent`)."""
     dataset: str | None = None
-    """A JSONL path (fields problem, answer, optional id, source), a known name (math500, aime24, aime25,
-    amc23, minerva, olympiadbench, gsm8k, math_train, dapo, ...), or None for the generated problems."""
+    """A JSONL/Parquet path (fields problem, answer, optional id, source), a known name (math500, aime24,
+    aime25, amc23, minerva, olympiadbench, gsm8k, math_train, dapo, dapo_filter, ...), a mix (the paper's
+    validation set `math_test_sampled`, its final test set `math_test`), or None for the generated problems.
+    The paper trains on `dapo_filter` (docs/paper_data.md says how to fetch each set once)."""
     split: str | None = None
     """The split of a known or generated dataset ("train"/"test"); None: the dataset's default
     ("train" for the generated set)."""
@@ -119,9 +122,14 @@ def _templates(prompts: Mapping[str, Any] | None) -> dict[str, PromptTemplate]:
     return out
 
 
-def _tasks(cfg: MathEnvConfig) -> tuple[dict[str, Any], ...]:
+def env_tasks(cfg: MathEnvConfig) -> TaskSet:
+    """The tasks `cfg` names (a dataset, or the generated problems), with their provenance."""
     if cfg.dataset is None:
-        return generate(cfg.level, cfg.n_per_level, cfg.gen_seed, cfg.split or "train")
+        split = cfg.split or "train"
+        tasks = generate(cfg.level, cfg.n_per_level, cfg.gen_seed, split)
+        levels = [cfg.level] if isinstance(cfg.level, int) else list(cfg.level)
+        record = {"dataset": "generated", "split": split, "n": len(tasks), "origin": "generated"}
+        return TaskSet(tasks, {**record, "levels": levels, "n_per_level": cfg.n_per_level, "seed": cfg.gen_seed})
     return load_tasks(str(cfg.dataset), cfg.split, cfg.data_dir)
 
 
@@ -160,7 +168,7 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         raise ValueError(f"prompts name unknown roles {sorted(unknown)}; roles: {list(factory.roles)}")
     return WorkflowEnv(
         factory,
-        _tasks(cfg),
+        env_tasks(cfg),
         roles=factory.roles,
         format_penalty=cfg.format_penalty,
         prompts=prompts,

@@ -1,6 +1,12 @@
-"""Question sets and corpora for the search envs: JSONL files, known names, or the generated world.
+"""Question sets and corpora for the search envs: files, known names, the paper's sets, or the generated world.
 
-Loaded sets are cached (`make()` is called for every episode batch), so repeated loads are free.
+Known names are looked up in a local data directory (flat files such as `search/nq_test.jsonl`, or the
+hub repo's own layout), then on the Hugging Face hub (see `drmas_envs.hub`). The paper's sets come from
+the Search-R1 repo the reference downloads (`PeterJinGo/nq_hotpotqa_train`: `train.parquet`, the NQ +
+HotpotQA training mix, and `test.parquet`, the 7 QA test sets): `nq_hotpotqa_train`, `search_test`, and
+`search_test_sampled` (the first 30 questions of each test source, as the reference's validation set).
+Loaded sets are cached (`make()` is called for every episode batch), so repeated loads are free; every
+load returns a `TaskSet` whose `provenance` says where it came from.
 """
 
 from __future__ import annotations
@@ -8,16 +14,30 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DataError, find_local, iter_jsonl
+from drmas_envs.data import DATA_DIR_ENV, DataError, find_local
+from drmas_envs.hub import HubSplit, locate
+from drmas_envs.provenance import TaskSet, file_provenance
 from drmas_envs.search.world import generate_world
+from drmas_envs.tables import iter_rows
 
 logger = logging.getLogger(__name__)
 
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
 """The Hugging Face dataset repo used by Search-R1 and FlashRAG: `<name>/<split>.jsonl` files."""
+
+PAPER_REPO = "PeterJinGo/nq_hotpotqa_train"
+"""The Search-R1 repo the reference's preprocessing downloads: `train.parquet` and `test.parquet`."""
+
+PAPER_SETS: dict[str, tuple[str, int | None]] = {
+    "nq_hotpotqa_train": ("train", None),
+    "search_test": ("test", None),
+    "search_test_sampled": ("test", 30),
+}
+"""The paper's sets: name -> (file of `PAPER_REPO`, how many questions per `data_source`; None: all)."""
 
 DEFAULT_SPLITS = {
     "nq": "test",
@@ -28,15 +48,20 @@ DEFAULT_SPLITS = {
     "musique": "dev",
     "bamboogle": "test",
 }
-"""The known dataset names and the split the paper evaluates on."""
+"""The known FlashRAG dataset names and the split the paper evaluates on."""
 
 WORLD_NAMES = (None, "", "default", "world")
 CORPUS_CANDIDATES = ("corpus/wiki_passages.jsonl.gz", "wiki_passages.jsonl.gz", "corpus/wiki-18.jsonl", "wiki-18.jsonl")
 """Where a local data directory may hold the corpus used with the known (Wikipedia) datasets."""
 
+_COLUMNS = ("id", "question", "golden_answers", "data_source", "source", "reward_model")
+
 
 def _answers(item: dict[str, Any], where: str) -> list[str]:
     gold = item.get("golden_answers")
+    if gold is None and isinstance(item.get("reward_model"), dict):  # verl/Search-R1 rows: ground_truth.target
+        truth = item["reward_model"].get("ground_truth")
+        gold = truth.get("target") if isinstance(truth, dict) else truth
     if isinstance(gold, str):
         gold = [gold]
     if not isinstance(gold, list) or not gold or not all(isinstance(g, (str, int, float)) for g in gold):
@@ -44,82 +69,126 @@ def _answers(item: dict[str, Any], where: str) -> list[str]:
     return [str(g) for g in gold]
 
 
-def read_questions(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Questions from a JSONL file with `question`, `golden_answers`, optional `id` and `source`.
+def _question(item: dict[str, Any], where: str, index: int, source: str) -> dict[str, Any]:
+    missing = [f for f in ("question", "golden_answers") if f not in item]
+    if missing == ["golden_answers"] and "reward_model" in item:
+        missing = []
+    if missing:
+        raise DataError(f"{where}: missing field(s) {missing}")
+    if not isinstance(item["question"], str) or not item["question"].strip():
+        raise DataError(f"{where}: `question` must be a non-empty string")
+    return {
+        "id": str(item.get("id", f"{source}-{index}")),
+        "question": item["question"].strip(),
+        "golden_answers": _answers(item, where),
+        "source": str(item.get("source") or item.get("data_source") or source),
+    }
 
-    `source` defaults to the file's stem; `evaluate` reports per source.
+
+def read_questions(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Questions from a JSONL or Parquet file with `question`, `golden_answers`, optional `id` and `source`.
+
+    `source` defaults to the row's `data_source`, then the file's stem; `evaluate` reports per source.
+    Search-R1 / verl rows (`reward_model.ground_truth.target`) are read too.
 
     Raises:
-        DataError: a malformed line (named by file and line).
+        DataError: a malformed line or row (named by file and line/row).
 
     """
     path = Path(path)
-    items = []
-    for i, item in enumerate(iter_jsonl(path, required=("question", "golden_answers"))):
-        where = f"{path}: item {i + 1}"
-        if not isinstance(item["question"], str) or not item["question"].strip():
-            raise DataError(f"{where}: `question` must be a non-empty string")
-        items.append(
-            {
-                "id": str(item.get("id", f"{path.stem}-{i}")),
-                "question": item["question"].strip(),
-                "golden_answers": _answers(item, where),
-                "source": str(item.get("source") or path.stem),
-            }
-        )
+    stem = path.name.split(".")[0]
+    items = [_question(item, where, i, stem) for i, (where, item) in enumerate(iter_rows(path, _COLUMNS))]
     if not items:
         raise DataError(f"{path}: no questions")
     return items
 
 
 def _local_candidates(name: str, split: str) -> list[str]:
-    return [
-        f"search/{name}_{split}.jsonl",
-        f"{name}_{split}.jsonl",
-        f"{name}/{split}.jsonl",
-        f"search/{name}/{split}.jsonl",
-    ]
+    return [f"{name}_{split}.jsonl", f"{name}/{split}.jsonl"]
 
 
-def _from_hub(name: str, split: str) -> Path:  # pragma: no cover - needs network
-    """Download `<name>/<split>.jsonl` from the FlashRAG hub repo (needs network and huggingface_hub)."""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError as exc:
-        raise ImportError(f"dataset {name!r} is not local; downloading it needs `pip install huggingface_hub`") from exc
-    return Path(hf_hub_download(HUB_REPO, f"{name}/{split}.jsonl", repo_type="dataset"))
+def _first_per_source(items: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first `n` items of each source, sources in order of first appearance (the reference's sampling)."""
+    taken: dict[str, int] = {}
+    out = []
+    for q in items:
+        if taken.get(q["source"], 0) < n:
+            taken[q["source"]] = taken.get(q["source"], 0) + 1
+            out.append(q)
+    return out
+
+
+def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
+    found = locate(
+        f"{name} [{split}]",
+        _local_candidates(name, split),
+        HubSplit(HUB_REPO, split, config=name),
+        data_dir,
+        subdirs=("search",),
+        fields_hint="rows with `question` and `golden_answers`",
+    )
+    items = [{**q, "source": name} for f in found.files for q in read_questions(f)]
+    return TaskSet(items, found.provenance(name, split, len(items)))
+
+
+def _paper(name: str, data_dir: str | None) -> TaskSet:
+    split, per_source = PAPER_SETS[name]
+    found = locate(
+        name,
+        [f"nq_hotpotqa_train_{split}.parquet", f"nq_hotpotqa_train_{split}.jsonl"],
+        HubSplit(PAPER_REPO, split),
+        data_dir,
+        subdirs=("search",),
+        fields_hint="rows with `question`, `golden_answers`, `data_source`",
+    )
+    items = [{**q, "id": f"{q['source']}:{q['id']}"} for f in found.files for q in read_questions(f)]
+    if per_source is not None:
+        items = _first_per_source(items, per_source)
+    record = found.provenance(name, split, len(items))
+    if per_source is not None:
+        record["per_source"] = per_source
+    return TaskSet(items, record)
+
+
+def load_questions(dataset: str | None = None, split: str | None = None, data_dir: str | None = None) -> TaskSet:
+    """The question items of a dataset (cached), with their provenance.
+
+    Args:
+        dataset: None for the generated world; a JSONL/Parquet path; a known name (see `DEFAULT_SPLITS`)
+            or one of the paper's sets (`PAPER_SETS`), looked up in `data_dir`, then $DRMAS_DATA_DIR,
+            then the Hugging Face hub.
+        split: for the world "train" (default), "test" or "all"; for a FlashRAG name the file's split
+            (default: the split the paper evaluates on); ignored for a path and the paper's sets.
+        data_dir: a local data directory.
+
+    Raises:
+        DatasetNotFoundError: a known name is neither local nor on a reachable hub.
+        DataError: a malformed file (named by file and line/row).
+
+    """
+    return _load(dataset, split, None if data_dir is None else str(data_dir), os.environ.get(DATA_DIR_ENV))
 
 
 @functools.lru_cache(maxsize=32)
-def load_questions(
-    dataset: str | None = None, split: str | None = None, data_dir: str | None = None
-) -> tuple[dict, ...]:
-    """The question items of a dataset (cached).
-
-    Args:
-        dataset: None for the generated world; a JSONL path; or a known name (see `DEFAULT_SPLITS`),
-            looked up in `data_dir`, then $DRMAS_DATA_DIR, then the Hugging Face hub.
-        split: for the world "train" (default) or "test"; for a known name the file's split
-            (default: the split the paper evaluates on); ignored for a path.
-        data_dir: a local data directory.
-
-    """
+def _load(dataset: str | None, split: str | None, data_dir: str | None, env_dir: str | None) -> TaskSet:
     if dataset in WORLD_NAMES:
         split = split or "train"
         if split not in ("train", "test", "all"):
             raise ValueError(f"the generated world has splits 'train', 'test' and 'all', not {split!r}")
-        return tuple(q for q in generate_world().questions if split == "all" or q["split"] == split)
+        items = [q for q in generate_world().questions if split == "all" or q["split"] == split]
+        return TaskSet(items, {"dataset": "world", "split": split, "n": len(items), "origin": "generated"})
+    if dataset in PAPER_SETS:
+        return _paper(dataset, data_dir)
     if dataset in DEFAULT_SPLITS:
-        split = split or DEFAULT_SPLITS[dataset]
-        path = find_local(_local_candidates(dataset, split), data_dir)
-        if path is None:
-            logger.info("%s/%s not found locally; trying the hub (%s)", dataset, split, HUB_REPO)
-            path = _from_hub(dataset, split)
-        return tuple({**q, "source": dataset} for q in read_questions(path))
+        return _known(dataset, split or DEFAULT_SPLITS[dataset], data_dir)
     path = Path(dataset)
-    if path.suffix in (".jsonl", ".gz") or path.exists():
-        return tuple(read_questions(path))
-    raise ValueError(f"unknown dataset {dataset!r}: give a JSONL path or one of {sorted(DEFAULT_SPLITS)}")
+    if path.name.endswith((".jsonl", ".gz", ".parquet")) or path.exists():
+        items = read_questions(path)
+        record = {"dataset": str(path), "n": len(items), "origin": "local", "files": [file_provenance(path)]}
+        return TaskSet(items, record)
+    raise ValueError(
+        f"unknown dataset {dataset!r}: give a JSONL/Parquet path or one of {sorted([*DEFAULT_SPLITS, *PAPER_SETS])}"
+    )
 
 
 def default_corpus(data_dir: str | None = None) -> Path | None:

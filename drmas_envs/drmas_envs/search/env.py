@@ -32,7 +32,9 @@ class SearchConfig:
     """Options of the search envs (all keyword arguments of `make`)."""
 
     dataset: str | None = None
-    """None: the generated world; a JSONL path; or a known name (nq, triviaqa, popqa, hotpotqa, ..., bamboogle)."""
+    """None: the generated world; a JSONL/Parquet path; a known name (nq, triviaqa, popqa, hotpotqa, ...,
+    bamboogle); or one of the paper's sets: `nq_hotpotqa_train` (training), `search_test_sampled` (the
+    reference's validation set, 30 per source), `search_test` (the full test sets); docs/paper_data.md."""
     split: str | None = None
     """World: "train" (default), "test" or "all"; known names: the file's split (default: the paper's eval split)."""
     data_dir: str | None = None
