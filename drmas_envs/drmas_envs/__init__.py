@@ -15,8 +15,8 @@ from drmas_envs.env import WorkflowEnv
 from drmas_envs.evaluate import evaluate
 from drmas_envs.loading import EnvNotFoundError
 from drmas_envs.lockstep import EpisodeResult, run_lockstep
-from drmas_envs.provenance import TaskSet, dataset_provenance, env_dataset
-from drmas_envs.registry import discover_installed, list_envs, make, register
+from drmas_envs.provenance import TaskSet, dataset_provenance
+from drmas_envs.registry import discover_installed, env_dataset, list_envs, make, register
 from drmas_envs.workflow import Call, Parsed, PromptTemplate, Score, Workflow
 
 __version__ = "0.1.0"

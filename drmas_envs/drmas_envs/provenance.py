@@ -9,8 +9,8 @@ the generated sets) returns a `TaskSet`: a tuple of items with a `provenance` di
      "repo": "aaabiao/dapo_filter", "revision": "<commit sha>", "hub_split": "train", "files": [...]}
     {"dataset": "math_test_sampled", "n": 110, "origin": "mix", "members": [{...}, ...]}
 
-`dataset_provenance(env)` reads it back from a built env; `env_dataset(env_id, **kwargs)` loads what a
-built-in env would train on without building the env (cheap, and early: before any model loads).
+`dataset_provenance(env)` reads it back from a built env; `drmas_envs.registry.env_dataset(env_id, **kwargs)`
+loads what a built-in env would train on without building the env (cheap, and early: before any model loads).
 """
 
 from __future__ import annotations
@@ -63,33 +63,3 @@ def dataset_provenance(env: Any) -> dict[str, Any]:
     if isinstance(env, TaskSet):
         return dict(env.provenance)
     return dict(getattr(getattr(env, "unwrapped", env), "data_provenance", None) or {})
-
-
-def env_dataset(env_id: str, **kwargs: Any) -> TaskSet | None:
-    """The tasks a built-in env would load with these keyword arguments, without building the env.
-
-    A trainer calls it for its train and eval envs before loading a model, so a missing dataset ends
-    the run at once (`DatasetNotFoundError`), and writes `.provenance` into the run's config.
-
-    Returns:
-        The `TaskSet` (cached; its `provenance` says where it came from), or None for an env that is
-        not one of the built-in math or search envs (its data is its own business).
-
-    Raises:
-        DatasetNotFoundError: a known dataset is neither local nor reachable (the message says how to fetch it).
-        DataError: a malformed file (named by file and line/row).
-
-    """
-    from drmas_envs.registry import spec
-
-    found = spec(env_id)
-    options = {**found.kwargs, **kwargs}
-    if found.entry_point == "drmas_envs.math.env:math_env":
-        from drmas_envs.math.env import MathEnvConfig, env_tasks
-
-        return env_tasks(MathEnvConfig(**options))
-    if found.entry_point == "drmas_envs.search.env:search_env":
-        from drmas_envs.search.data import load_questions
-
-        return load_questions(options.get("dataset"), options.get("split"), options.get("data_dir"))
-    return None

@@ -20,6 +20,7 @@ import pettingzoo
 from pettingzoo import AECEnv
 
 from drmas_envs.loading import EnvNotFoundError, entry_point_envs, env_factory, is_reference, load_reference
+from drmas_envs.provenance import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +116,31 @@ def spec(env_id: str) -> EnvSpec:
     raise EnvNotFoundError(
         f"unknown env id {env_id!r}; known ids: {', '.join(list_envs())}; or a 'package.module:factory' reference"
     )
+
+
+def env_dataset(env_id: str, **kwargs: Any) -> TaskSet | None:
+    """The tasks a built-in env would load with these keyword arguments, without building the env.
+
+    A trainer calls it for its train and eval envs before loading a model, so a missing dataset ends
+    the run at once (`DatasetNotFoundError`), and writes `.provenance` into the run's config.
+
+    Returns:
+        The `TaskSet` (cached; its `provenance` says where it came from), or None for an env that is
+        not one of the built-in math or search envs (its data is its own business).
+
+    Raises:
+        DatasetNotFoundError: a known dataset is neither local nor reachable (the message says how to fetch it).
+        DataError: a malformed file (named by file and line/row).
+
+    """
+    found = spec(env_id)
+    options = {**found.kwargs, **kwargs}
+    if found.entry_point == "drmas_envs.math.env:math_env":
+        from drmas_envs.math.env import MathEnvConfig, env_tasks
+
+        return env_tasks(MathEnvConfig(**options))
+    if found.entry_point == "drmas_envs.search.env:search_env":
+        from drmas_envs.search.data import load_questions
+
+        return load_questions(options.get("dataset"), options.get("split"), options.get("data_dir"))
+    return None

@@ -48,14 +48,14 @@ from drmas_train import advantages as adv_mod
 from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
-from drmas_train.config import TrainConfig, save_config
+from drmas_train.config import TrainConfig, save_config, steps_for_epochs
 from drmas_train.metrics import step_metrics
 from drmas_train.models.assignment import agent_to_policy, pick_device
 from drmas_train.models.engine import resolve_gen_dtype
 from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
-from drmas_train.validation import make_eval_envs, validate
+from drmas_train.validation import held_out_kwargs, make_eval_envs, validate
 from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,25 @@ class Trainer:
         if unknown:
             raise ValueError(f"agents section names unknown agents {sorted(unknown)}; env agents: {self.agents}")
         self.env_kwargs = self._env_kwargs(probe)
+        # The held-out data too is found (or its absence reported) before any model loads.
+        held_out = (
+            drmas_envs.make(cfg.env.id, **held_out_kwargs(self.env_kwargs, cfg.eval)) if cfg.eval.enabled else None
+        )
+        self.data_provenance = {
+            "train": drmas_envs.dataset_provenance(probe),
+            "eval": drmas_envs.dataset_provenance(held_out) if held_out is not None else None,
+        }
         self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
         self.n_tasks = len(probe.unwrapped.tasks)
+        if cfg.epochs is not None:
+            cfg.steps = steps_for_epochs(cfg.epochs, self.n_tasks, cfg.rollout.prompts_per_step)
+            log.info(
+                "epochs %s of %d tasks at %d a step: %d steps",
+                cfg.epochs,
+                self.n_tasks,
+                cfg.rollout.prompts_per_step,
+                cfg.steps,
+            )
         self.placed = cfg.placement.mode != "none"
         self.initial_validation: dict[str, float] | None = None
         self.workers: Workers | None = None
@@ -117,7 +134,7 @@ class Trainer:
             if resume:
                 self._resume()
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
+            save_config(cfg, self.run_dir / "config.yaml", data_provenance=self.data_provenance)
             self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
         except BaseException:
             self.close()

@@ -17,7 +17,13 @@ from drmas_train.config.help import PLACEHOLDERS, iter_fields
 from drmas_train.models.resolve import resolve_model
 from drmas_train.models.tiny import build_tiny_model
 
-PAPER_PRESETS = {"math-2x-qwen3-4b", "search-3x-qwen2.5-3b", "search-qwen2.5-7b", "search-heterogeneous"}
+PAPER_PRESETS = {
+    "math-2x-qwen3-4b",
+    "search-3x-qwen2.5-7b",
+    "search-3x-qwen2.5-3b",
+    "search-shared-qwen2.5-7b",
+    "search-heterogeneous",
+}
 
 
 def test_all_presets_build():
@@ -289,3 +295,56 @@ def test_eval_subcommand_reports_an_unknown_env_in_one_line(capsys):
     assert main(["eval", "--env", "no-such-env", "--model", "tiny"]) == 2
     err = capsys.readouterr().err
     assert "unknown env id 'no-such-env'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_paper_preset_names_its_reference_and_its_data():
+    for name in PAPER_PRESETS:
+        cfg = build_config(name)
+        assert cfg.reference and cfg.reference.startswith("langfengQ/DrMAS@19c632b examples/drmas_trainer/run_")
+        assert cfg.env.kwargs.get("dataset") and cfg.eval.env_kwargs.get("dataset"), name
+        assert cfg.epochs is not None, name
+        if cfg.env.id.startswith("search"):
+            assert str(cfg.env.kwargs["retriever"]).startswith("http://127.0.0.1:8000"), name
+    for name in ("cpu", "smoke"):  # the project's own: generated problems, no reference
+        cfg = build_config(name)
+        assert cfg.reference is None and "dataset" not in cfg.env.kwargs
+
+
+@pytest.mark.parametrize("unset", ["env.kwargs.dataset", "eval.env_kwargs.dataset"])
+def test_a_paper_preset_without_its_data_is_a_config_error(unset):
+    with pytest.raises(
+        ValueError, match=rf"{unset.replace('.', '[.]')} is unset: it would train or validate on generated"
+    ):
+        build_config("math-2x-qwen3-4b", {unset: None})
+
+
+def test_paper_data_not_found_ends_before_any_model_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DRMAS_DATA_DIR", str(tmp_path / "empty"))
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "drmas_train", "--preset", "math-2x-qwen3-4b", "--run-dir", str(run)]
+        + ["--set", "models.device=cpu", "--set", "models.name=no/such-model-never-loaded"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "dapo_filter" in lines[0] and "aaabiao/dapo_filter" in lines[0], lines
+    assert not run.exists()
+
+
+def test_epochs_set_the_steps_from_the_data(tmp_path):
+    from drmas_train.config import steps_for_epochs
+    from drmas_train.trainer import Trainer
+
+    assert steps_for_epochs(2, 17, 4) == 9 and steps_for_epochs(1, 8, 4) == 2 and steps_for_epochs(0.01, 5, 4) == 1
+    cfg = build_config("smoke", {"epochs": 1.5, "log.run_dir": str(tmp_path / "run"), "eval.every": 0})
+    trainer = Trainer(cfg)
+    try:
+        assert cfg.steps == steps_for_epochs(1.5, trainer.n_tasks, cfg.rollout.prompts_per_step)
+    finally:
+        trainer.close()
+    recorded = load_preset(str(tmp_path / "run" / "config.yaml"))
+    assert recorded["steps"] == cfg.steps

@@ -35,7 +35,8 @@ def local_ray():
 
 
 def test_every_paper_preset_is_rehearsed():
-    assert {"math-2x-qwen3-4b", "search-3x-qwen2.5-3b", "search-qwen2.5-7b", "search-heterogeneous"} <= set(PRESETS)
+    paper = {"math-2x-qwen3-4b", "search-3x-qwen2.5-7b", "search-3x-qwen2.5-3b", "search-shared-qwen2.5-7b"}
+    assert paper | {"search-heterogeneous"} <= set(PRESETS)
     for name in PRESETS:  # each states where its models run
         assert "placement" in load_preset(name), f"preset {name} has no placement section"
 

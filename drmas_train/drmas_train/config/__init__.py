@@ -48,7 +48,7 @@ from drmas_train.config.sections import (
     ModelsConfig,
     RolloutConfig,
 )
-from drmas_train.config.train import TrainConfig, needed_model_len, resolve_max_model_len
+from drmas_train.config.train import TrainConfig, needed_model_len, resolve_max_model_len, steps_for_epochs
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -86,5 +86,6 @@ __all__ = [
     "resolve_max_model_len",
     "save_config",
     "set_dotted",
+    "steps_for_epochs",
     "to_dict",
 ]

@@ -157,7 +157,8 @@ def load_preset(name: str) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a preset must be a mapping")
-    data.pop("description", None)
+    for key in RECORDS:
+        data.pop(key, None)
     return data
 
 
@@ -184,6 +185,21 @@ def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = 
     return from_dict(TrainConfig, data)
 
 
-def save_config(cfg: TrainConfig, path: str | Path) -> None:
-    """Write the resolved config as YAML (loadable again with `--preset <path>`)."""
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+RECORDS = ("description", "data_provenance")
+"""Top-level keys a preset or a run's config.yaml may carry that are records, not settings: dropped on load."""
+
+
+def save_config(cfg: TrainConfig, path: str | Path, *, data_provenance: dict[str, Any] | None = None) -> None:
+    """Write the resolved config as YAML (loadable again with `--preset <path>`).
+
+    Args:
+        cfg: the config.
+        path: the file to write.
+        data_provenance: where the run's datasets came from (`drmas_envs.dataset_provenance`), written
+            after the settings as a record (ignored when the file is loaded again).
+
+    """
+    data = to_dict(cfg)
+    if data_provenance is not None:
+        data["data_provenance"] = data_provenance
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False))

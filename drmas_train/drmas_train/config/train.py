@@ -8,6 +8,7 @@ below that is an error then, not at step N. (Each model's own positions are chec
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +29,16 @@ from drmas_train.config.sections import (
 class TrainConfig:
     """A whole run: the top-level fields and one field per section (`drmas-train --help-config`)."""
 
+    reference: str | None = None
+    """The experiment a paper preset reproduces: the reference repository, commit and script, e.g.
+    "langfengQ/DrMAS@19c632b examples/drmas_trainer/run_math.sh"; None for the project's own presets.
+    A preset with a reference must name its train and validation data (checked when the config is built)."""
     steps: int = 30
-    """Training steps (one rollout batch and one update of every model per step)."""
+    """Training steps (one rollout batch and one update of every model per step); see `epochs`."""
+    epochs: float | None = None
+    """Passes over the training data instead of a step count, as the reference counts its runs (2 epochs of
+    math, 1 of search): the run's steps become ceil(epochs x training tasks / rollout.prompts_per_step)
+    when the data is loaded, and config.yaml records that number in `steps`. None: `steps` decides."""
     seed: int = 0
     """Seeds data order, sampling and initialisation."""
     threads: int = 0
@@ -58,6 +67,10 @@ class TrainConfig:
             raise ValueError("rollout.group_size and rollout.prompts_per_step must be >= 1")
         if self.steps < 0:
             raise ValueError("steps must be >= 0")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"epochs must be > 0 (or null), got {self.epochs}")
+        if self.reference is not None:
+            check_names_its_data(self)
         resolve_max_model_len(self)  # the engines' context, from the prompt and response caps
 
     def agent(self, name: str) -> AgentOverrides:
@@ -96,3 +109,27 @@ def resolve_max_model_len(cfg: TrainConfig) -> None:
             f"models.engine.max_model_len {engine.max_model_len} < {need} = {why}; "
             "raise it, or leave it unset to derive it"
         )
+
+
+def check_names_its_data(cfg: TrainConfig) -> None:
+    """A paper preset (one with a `reference`) trains and validates on named data, never the generated sets.
+
+    Raises:
+        ValueError: `env.kwargs.dataset` is unset, or validation is on and `eval.env_kwargs.dataset` is unset.
+
+    """
+    missing = []
+    if not cfg.env.kwargs.get("dataset"):
+        missing.append("env.kwargs.dataset")
+    if cfg.eval.enabled and not cfg.eval.env_kwargs.get("dataset"):
+        missing.append("eval.env_kwargs.dataset")
+    if missing:
+        raise ValueError(
+            f"this run reproduces {cfg.reference!r} but {' and '.join(missing)} is unset: it would train or "
+            "validate on generated problems; name the reference's data (docs/paper_data.md)"
+        )
+
+
+def steps_for_epochs(epochs: float, n_tasks: int, prompts_per_step: int) -> int:
+    """Training steps that cover `epochs` passes over `n_tasks` tasks at `prompts_per_step` tasks a step."""
+    return max(1, math.ceil(epochs * n_tasks / prompts_per_step))
