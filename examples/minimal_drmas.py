@@ -232,8 +232,8 @@ def train(
     steps: int = STEPS, prompts_per_step: int = PROMPTS_PER_STEP, group_size: int = GROUP_SIZE, seed: int = SEED
 ) -> list[list[float]]:
     """Train the team for `steps` steps, printing one line per step; returns each step's losses."""
-    random.seed(seed)
-    torch.manual_seed(seed)
+    rng = random.Random(seed)  # which problems each step draws
+    torch.manual_seed(seed)  # the sampling and nothing else
     model, tokenizer = load_policy()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=WEIGHT_DECAY)
     envs = make_envs(prompts_per_step * group_size)
@@ -241,7 +241,7 @@ def train(
     history = []
     for step in range(1, steps + 1):
         start = time.perf_counter()
-        tasks = random.sample(range(n_tasks), prompts_per_step)
+        tasks = rng.sample(range(n_tasks), prompts_per_step)
         samples = rollout(model, tokenizer, envs, tasks, group_size)
         adv = drmas_advantages([s.reward for s in samples], [s.group for s in samples], [s.agent for s in samples])
         losses = ppo_update(model, optimizer, samples, adv, tokenizer.pad_token_id, PPO_EPOCHS)
