@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from drmas_train import learner as learner_mod
+from drmas_train.learner import ppo as learner_mod
 from drmas_train.config import build_config
 from drmas_train.trainer import Trainer
 
