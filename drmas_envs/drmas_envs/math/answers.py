@@ -114,6 +114,20 @@ def extract_verdict(text: str) -> tuple[str | None, str]:
     return words[-1], ""
 
 
+def reference_verdict(text: str) -> tuple[str | None, bool, str]:
+    """The verdict as the reference code reads it: (verdict or None, well-formed, why not).
+
+    Well-formed iff `<verify>` and `</verify>` both occur; the verdict is "approve" if the exact tag
+    `<verify>approve</verify>` occurs anywhere, else "reject" if `<verify>reject</verify>` does, else
+    None (the env's `missing_verdict` decides). An approving tag wins over a rejecting one.
+    """
+    if not isinstance(text, str):
+        return None, False, "not text"
+    valid = "<verify>" in text and "</verify>" in text
+    verdict = next((v for v in VERDICTS if f"<verify>{v}</verify>" in text), None)
+    return verdict, valid, "" if valid else "no <verify>...</verify> tag"
+
+
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 

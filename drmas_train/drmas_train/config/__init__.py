@@ -19,6 +19,7 @@ from drmas_train.config.choices import (
     PlacementMode,
     PoolStrategy,
     RolloutRanks,
+    Truncation,
     check_choices,
     choices,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "PlacementMode",
     "PoolSize",
     "PoolStrategy",
+    "Truncation",
     "RolloutConfig",
     "RolloutRanks",
     "TrainConfig",
