@@ -75,6 +75,18 @@ def parse_verdict(text: str) -> Parsed:
     return Parsed(True, verdict)
 
 
+def reference_verdict(text: str) -> Parsed:
+    """The verdict as the reference code reads it: well-formed iff `<verify>` and `</verify>` occur; "yes" if
+    `<verify>yes</verify>` occurs anywhere (any case), else "no" if `<verify>no</verify>` does, else None.
+
+    "yes" wins over "no"; a call with no verdict (None) counts as the env's `malformed_verdict`.
+    """
+    lower = text.lower()
+    verdict = next((v for v in ("yes", "no") if f"<verify>{v}</verify>" in lower), None)
+    valid = "<verify>" in text and "</verify>" in text
+    return Parsed(valid, verdict, "" if valid else "no <verify>...</verify> tag")
+
+
 def parse_action(text: str, names: tuple[str, ...], max_chars: int) -> Parsed:
     """The first of the allowed actions (`search`, `answer`, `done`); malformed if there is none."""
     found = first_action(text, names)
