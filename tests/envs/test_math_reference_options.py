@@ -51,6 +51,9 @@ def test_zero_context_chars_shows_a_long_solution_whole():
         # the reference's tags are case-sensitive: an upper-case tag is malformed there
         ("<VERIFY>approve</VERIFY>", "strict", ["solver", "verifier"], 0.0),
         ("<VERIFY>approve</VERIFY>", "reference", ["solver", "verifier", "solver"], 0.5),
+        # the reference strips the first tag's content: a spaced rejection still rejects, unpenalised
+        ("<verify> reject </verify>", "reference", ["solver", "verifier", "solver"], 1.0),
+        ("<verify> approve </verify> <verify>reject</verify>", "reference", ["solver", "verifier"], 0.0),
     ],
 )
 def test_verdict_parsing(verdict, parsing, order, verifier_reward):

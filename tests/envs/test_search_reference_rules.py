@@ -105,18 +105,20 @@ def test_two_agents_search_again_after_an_untagged_answer(toy):
 
 # -- verdict parsing ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "verdict, parsing, next_role, verifier_penalised",
+    "verdict, parsing, next_role, verifier_penalised",  # a verdict read as none counts as "yes" (the presets')
     [
         ("<verify>yes</verify> or rather <verify>no</verify>", "strict", "search", False),  # the last tag
         ("<verify>yes</verify> or rather <verify>no</verify>", "reference", "answer", False),  # yes wins
-        ("<verify>maybe</verify>", "strict", "search", True),  # malformed: malformed_verdict "no"
-        ("<verify>maybe</verify>", "reference", "search", False),  # well-formed, no verdict: malformed_verdict
-        ("<VERIFY>YES</VERIFY>", "strict", "answer", False),
-        ("<VERIFY>YES</VERIFY>", "reference", "answer", True),  # routes yes (any case) but the tag check is exact
+        ("<verify>maybe</verify>", "strict", "answer", True),  # malformed
+        ("<verify>maybe</verify>", "reference", "answer", False),  # well-formed, with no verdict in it
+        ("<VERIFY>NO</VERIFY>", "strict", "search", False),
+        ("<VERIFY>NO</VERIFY>", "reference", "search", True),  # routes no (any case) but the tag check is exact
+        ("<verify> no </verify>", "reference", "search", False),  # the first tag's content is stripped
+        ("<verify>\nyes\n</verify> <verify>no</verify>", "reference", "answer", False),
     ],
 )
 def test_verdict_parsing(toy, verdict, parsing, next_role, verifier_penalised):
-    env = make("search-3agent", toy, verdict_parsing=parsing, format_penalty=0.5)
+    env = make("search-3agent", toy, verdict_parsing=parsing, malformed_verdict="yes", format_penalty=0.5)
     env.step(verdict)
     assert env.agent_selection == next_role
     script = [("answer", "<answer>Warsaw</answer>")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from drmas_envs.tags import reference_tag_view
 from drmas_envs.workflow import Parsed
 
 _NAMES = ("search", "answer", "verify")
@@ -77,13 +78,14 @@ def parse_verdict(text: str) -> Parsed:
 
 def reference_verdict(text: str) -> Parsed:
     """The verdict as the reference code reads it: well-formed iff `<verify>` and `</verify>` occur; "yes" if
-    `<verify>yes</verify>` occurs anywhere (any case), else "no" if `<verify>no</verify>` does, else None.
+    `<verify>yes</verify>` occurs anywhere (any case; the first tag's content stripped of spaces first:
+    `drmas_envs.tags`), else "no" if `<verify>no</verify>` does, else None.
 
     "yes" wins over "no"; a call with no verdict (None) counts as the env's `malformed_verdict`.
     """
-    lower = text.lower()
+    view, valid = reference_tag_view(text, "<verify>", "</verify>")
+    lower = view.lower()
     verdict = next((v for v in ("yes", "no") if f"<verify>{v}</verify>" in lower), None)
-    valid = "<verify>" in text and "</verify>" in text
     return Parsed(valid, verdict, "" if valid else "no <verify>...</verify> tag")
 
 
