@@ -43,28 +43,47 @@ class RolloutBatch:
 
 
 def chat_prompt(
-    tokenizer: Any, observation: Mapping[str, Any], max_tokens: int, template_kwargs: Mapping[str, Any] | None = None
+    tokenizer: Any,
+    observation: Mapping[str, Any],
+    max_tokens: int,
+    template_kwargs: Mapping[str, Any] | None = None,
+    truncation: str = "middle",
 ) -> list[int]:
     """Token ids of the observation's [system, user] chat with the generation prompt appended.
 
-    A prompt longer than `max_tokens` keeps its head (the system prompt) and its tail (the latest
-    context and the assistant header) and loses the middle. `template_kwargs` are variables for the
-    chat template (e.g. `enable_thinking=False` for Qwen3: `models.chat_template_kwargs`). The
-    observation's `reply_prefix` (the start of the reply written for the model) follows the
+    A prompt longer than `max_tokens` is cut as `truncation` says (verl's `data.truncation`): "middle"
+    keeps its head (the system prompt) and its tail (the latest context and the assistant header),
+    "left" keeps the tail, "right" keeps the head, "error" raises ValueError. `template_kwargs` are
+    variables for the chat template (e.g. `enable_thinking=False` for Qwen3: `models.chat_template_kwargs`).
+    The observation's `reply_prefix` (the start of the reply written for the model) follows the
     generation prompt, so the model continues it; it is never cut.
     """
     messages = [{"role": "system", "content": observation["system"]}, {"role": "user", "content": observation["user"]}]
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False, **dict(template_kwargs or {})
     )
-    ids = list(ids)
     prefix = observation.get("reply_prefix") or ""
     tail = list(tokenizer.encode(prefix, add_special_tokens=False)) if prefix else []
-    budget = max_tokens - len(tail)
-    if len(ids) > budget:
+    return truncate(list(ids), max_tokens - len(tail), truncation) + tail
+
+
+def truncate(ids: list[int], budget: int, side: str) -> list[int]:
+    """`ids` cut to `budget` tokens on the given side ("middle", "left", "right"; "error" raises)."""
+    if len(ids) <= budget:
+        return ids
+    if side == "middle":
         head = budget // 2
-        ids = ids[:head] + ids[len(ids) - (budget - head) :]
-    return ids + tail
+        return ids[:head] + ids[len(ids) - (budget - head) :]
+    if side == "left":
+        return ids[len(ids) - budget :]
+    if side == "right":
+        return ids[:budget]
+    if side == "error":
+        raise ValueError(
+            f"a prompt of {len(ids)} tokens is longer than the {budget} allowed "
+            "(rollout.max_prompt_tokens, less any reply prefix); raise it or set rollout.truncation"
+        )
+    raise ValueError(f"truncation must be middle, left, right or error, not {side!r}")
 
 
 def call_seed(seed: int, round_index: int, episode: int, agent: str) -> int:
@@ -99,6 +118,7 @@ def rollout(
     seed: int,
     max_prompt_tokens: int = 2048,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    truncation: str = "middle",
 ) -> RolloutBatch:
     """Run B = len(tasks) groups of `group_size` episodes and record every call.
 
@@ -109,8 +129,9 @@ def rollout(
         serving: agent -> the policy that serves it.
         sampling: agent -> its sampling settings.
         seed: base seed of this rollout's sampling (each call derives its own: `call_seed`).
-        max_prompt_tokens: longer prompts lose their middle.
+        max_prompt_tokens: longer prompts are cut (`truncation`).
         template_kwargs: agent -> its chat-template variables (`TrainConfig.template_kwargs`).
+        truncation: which part of an over-long prompt is cut (`chat_prompt`).
 
     Returns:
         The records (rewards filled, advantages not yet) and the episodes' final results.
@@ -132,7 +153,7 @@ def rollout(
             first = serving[calls[0][0]]
             t_prompt = time.perf_counter()
             prompts = [
-                chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens, (template_kwargs or {}).get(a))
+                chat_prompt(serving[a].tokenizer, obs, max_prompt_tokens, (template_kwargs or {}).get(a), truncation)
                 for a, _, _, obs in calls
             ]
             t0 = time.perf_counter()

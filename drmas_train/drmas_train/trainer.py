@@ -224,6 +224,7 @@ class Trainer:
             seed=cfg.seed * 100_003 + self.step,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
             template_kwargs={a: cfg.template_kwargs(a) for a in self.agents},
+            truncation=cfg.rollout.truncation,
         )
         t_rollout = time.perf_counter() - t0
         adv_stats = self._advantages(batch)
@@ -290,6 +291,7 @@ class Trainer:
             self.cfg.eval,
             max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
             template_kwargs={a: self.cfg.template_kwargs(a) for a in self.agents},
+            truncation=self.cfg.rollout.truncation,
         )
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))

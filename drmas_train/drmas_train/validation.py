@@ -61,6 +61,7 @@ def _run(
     max_prompt_tokens: int,
     batch_episodes: int,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    truncation: str = "middle",
 ) -> tuple[list[EpisodeResult], list[list[CallRecord]], list[int]]:
     """Run `k` episodes of each problem, `batch_episodes` at a time: results, calls and problem per episode."""
     per_batch = max(1, min(batch_episodes, len(envs)) // k)
@@ -78,6 +79,7 @@ def _run(
             seed=seed + b,
             max_prompt_tokens=max_prompt_tokens,
             template_kwargs=template_kwargs,
+            truncation=truncation,
         )
         by_episode: dict[int, list[CallRecord]] = defaultdict(list)
         for r in batch.records:
@@ -121,6 +123,7 @@ def validate(
     *,
     max_prompt_tokens: int,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    truncation: str = "middle",
 ) -> dict[str, float]:
     """Run the validation protocol (module docstring) and return its `val/*` metrics.
 
@@ -131,13 +134,19 @@ def validate(
         cfg: the protocol.
         max_prompt_tokens: as in training.
         template_kwargs: agent -> chat-template variables, as in training (e.g. enable_thinking=False).
+        truncation: which part of an over-long prompt is cut, as in training.
 
     """
     probe = envs[0].unwrapped
     order = probe.task_order(cfg.seed)
     problems = order[: min(cfg.n_problems, len(order))]
     agents = list(envs[0].possible_agents)
-    run = dict(max_prompt_tokens=max_prompt_tokens, batch_episodes=cfg.batch_episodes, template_kwargs=template_kwargs)
+    run = dict(
+        max_prompt_tokens=max_prompt_tokens,
+        batch_episodes=cfg.batch_episodes,
+        template_kwargs=template_kwargs,
+        truncation=truncation,
+    )
     sampled = {a: replace(s, temperature=cfg.temperature, top_p=cfg.top_p) for a, s in sampling.items()}
     results, calls, owners = _run(envs, problems, cfg.k, serving, sampled, seed=cfg.seed * 7919 + 1, **run)
     row = _sampled_metrics(results, calls, owners, cfg.k, agents)

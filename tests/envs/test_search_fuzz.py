@@ -26,10 +26,22 @@ def garbage(rng: random.Random) -> str:
     return "".join(p.replace("{}", rng.choice(["Warsaw", "", "  ", "Ulm Works", "é" * 3000])) for p in parts)
 
 
+REFERENCE = {  # the paper presets' episode rules
+    "malformed_verdict": "yes",
+    "verify_last_step": True,
+    "require_think": True,
+    "verdict_parsing": "reference",
+    "malformed_answer": "continue",
+    "search_sees_verifier": True,
+    "prompt_layout": "reference",
+}
+
+
+@pytest.mark.parametrize("rules", [{}, REFERENCE], ids=["default", "reference"])
 @pytest.mark.parametrize("env_id", ["search-1agent", "search-2agent", "search-3agent"])
-def test_garbage_episodes_end_cleanly(env_id):
+def test_garbage_episodes_end_cleanly(env_id, rules):
     rng = random.Random(env_id)
-    env = drmas_envs.make(env_id, max_steps=4)
+    env = drmas_envs.make(env_id, max_steps=4, **rules)
     limit = 2 * 4 + 1
     seen = {"searched": 0, "answered": 0, "malformed": 0}
     for episode in range(1000):

@@ -33,7 +33,7 @@ def test_max_model_len_is_derived_from_the_caps(tmp_path, never_stops):
     assert cfg.models.engine.max_model_len == 2100
     cfg = _cfg(tmp_path, never_stops, **{"agents.verifier.max_new_tokens": 300})
     assert cfg.models.engine.max_model_len == cfg.rollout.max_prompt_tokens + 300  # the largest cap counts
-    assert build_config("math-2x-qwen3-4b").models.engine.max_model_len == 4096 + 4096
+    assert build_config("math-2x-qwen3-4b").models.engine.max_model_len == 8192 + 4096
 
 
 def test_a_short_max_model_len_is_a_config_error(tmp_path, never_stops):

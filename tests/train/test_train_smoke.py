@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from drmas_train.learner import ppo as learner_mod
 from drmas_train.config import build_config
+from drmas_train.learner import ppo as learner_mod
 from drmas_train.trainer import Trainer
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from drmas_envs.tags import reference_tag_view
+
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 MAX_BOX_CHARS = 1000
 """A box whose content is longer than this is treated as not closed (an over-long answer is malformed)."""
@@ -112,6 +114,21 @@ def extract_verdict(text: str) -> tuple[str | None, str]:
     if len({w for w in words if w in VERDICTS}) > 1:
         return None, "both approve and reject tags"
     return words[-1], ""
+
+
+def reference_verdict(text: str) -> tuple[str | None, bool, str]:
+    """The verdict as the reference code reads it: (verdict or None, well-formed, why not).
+
+    Well-formed iff `<verify>` and `</verify>` both occur; the verdict is "approve" if the exact tag
+    `<verify>approve</verify>` occurs anywhere (the first tag's content stripped of spaces first:
+    `drmas_envs.tags`), else "reject" if `<verify>reject</verify>` does, else None (the env's
+    `missing_verdict` decides). An approving tag wins over a rejecting one.
+    """
+    if not isinstance(text, str):
+        return None, False, "not text"
+    view, valid = reference_tag_view(text, "<verify>", "</verify>")
+    verdict = next((v for v in VERDICTS if f"<verify>{v}</verify>" in view), None)
+    return verdict, valid, "" if valid else "no <verify>...</verify> tag"
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

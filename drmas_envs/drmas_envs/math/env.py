@@ -21,10 +21,12 @@ from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
 from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
 from drmas_envs.math.workflow import MathRules, MathWorkflowFactory
+from drmas_envs.prompt_files import load_prompts_file
 from drmas_envs.provenance import TaskSet
 from drmas_envs.workflow import PromptTemplate
 
 VERIFIER_MODES = ("judge", "recompute")
+VERDICT_PARSINGS = ("strict", "reference")
 
 
 @dataclass
@@ -76,10 +78,27 @@ class MathEnvConfig:
     entry is then None)."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
+    verdict_parsing: str = "strict"
+    """How a judging Verifier's reply is read. "strict": the last `<verify>` tag counts, and a reply whose
+    tags disagree or hold another word is malformed (penalised). "reference" (the reference code's
+    `update_approved_vector`): a reply holding `<verify>` and `</verify>` is well-formed, and the exact tag
+    `<verify>approve</verify>` anywhere approves, even beside `<verify>reject</verify>`; with neither verdict
+    the reply counts as `missing_verdict`. The paper presets use "reference"."""
     max_context_chars: int = 4000
-    """Each earlier output shown in a prompt is clipped to this many characters (head and tail kept)."""
+    """Each earlier output shown in a prompt is clipped to this many characters (the first quarter and the
+    rest from the tail kept); 0: never clipped, as the reference, which shows teammates' outputs whole (a
+    Solver reply can run 4,096 tokens: set `rollout.max_prompt_tokens` to hold them; the paper preset: 8192)."""
+    prompt_layout: str = "project"
+    """The built-in prompts. "project": each role's instructions and a worked example in the system message
+    (the examples lift a small model's format: docs/math.md). "reference": the reference code's layout in this
+    project's words: a generic system message, and the problem, the team's work and the role's instructions in
+    the user message, with no examples (the paper preset). The recompute and verdict-first Verifier prompts
+    exist in the project layout only and replace the Verifier's in either."""
+    prompts_file: str | os.PathLike | None = None
+    """A JSON or YAML file of per-role templates ({role: {system, user[, reply_prefix]}}) over the layout's, for
+    any prompt set (e.g. the reference's own); checked when the env is made (`drmas_envs.prompt_files`)."""
     prompts: Mapping[str, PromptTemplate | Mapping[str, str]] | None = None
-    """Per-role prompt overrides: PromptTemplate or {"system": ..., "user": ...}."""
+    """Per-role prompt overrides: PromptTemplate or {"system": ..., "user": ...}; they win over `prompts_file`."""
     grader: Callable[[str | None, str], bool] | None = None
     """Grades (answer, reference); None: the shared math-verify `Grader` (or one with `grade_timeout_s`)."""
     grade_timeout_s: float | None = None
@@ -102,6 +121,10 @@ class MathEnvConfig:
             raise ValueError(
                 "verdict_first applies to verifier_mode 'judge' (a recomputing Verifier writes no verdict)"
             )
+        if self.verdict_parsing not in VERDICT_PARSINGS:
+            raise ValueError(f"verdict_parsing must be one of {VERDICT_PARSINGS}, got {self.verdict_parsing!r}")
+        if self.prompt_layout not in P.LAYOUTS:
+            raise ValueError(f"prompt_layout must be one of {tuple(P.LAYOUTS)}, got {self.prompt_layout!r}")
         if self.verdict_reward < 0:
             raise ValueError(f"verdict_reward must be >= 0, got {self.verdict_reward}")
         if self.max_context_chars < 0:
@@ -120,6 +143,25 @@ def _templates(prompts: Mapping[str, Any] | None) -> dict[str, PromptTemplate]:
                 f"prompts[{role!r}] must be a PromptTemplate or a {{'system', 'user'[, 'reply_prefix']}} mapping"
             )
     return out
+
+
+def _prompts(cfg: MathEnvConfig, roles: tuple[str, ...]) -> dict[str, PromptTemplate]:
+    """Each role's template: `prompts`, else `prompts_file`, else the Verifier's mode template, else the layout's."""
+    prompts = dict(P.LAYOUTS[cfg.prompt_layout])
+    if cfg.prompt_layout == "reference" and cfg.n_agents == 1:
+        prompts["solver"] = P.REFERENCE_SOLO
+    if cfg.n_agents == 2 and cfg.verdict_first:
+        prompts["verifier"] = P.VERIFIER_VERDICT_FIRST
+    if cfg.n_agents == 2 and cfg.verifier_mode == "recompute":
+        prompts["verifier"] = P.VERIFIER_RECOMPUTE
+    if cfg.prompts_file is not None:
+        prompts.update(load_prompts_file(cfg.prompts_file, roles, P.CONTEXT_FIELDS))
+    overrides = _templates(cfg.prompts)
+    unknown = set(overrides) - set(roles)
+    if unknown:
+        raise ValueError(f"prompts name unknown roles {sorted(unknown)}; roles: {list(roles)}")
+    prompts.update(overrides)
+    return {r: prompts[r] for r in roles}
 
 
 def env_tasks(cfg: MathEnvConfig) -> TaskSet:
@@ -148,11 +190,6 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
 
     """
     cfg = MathEnvConfig(n_agents=n_agents, **kwargs)
-    prompts = _templates(cfg.prompts)
-    if cfg.verdict_first and cfg.n_agents == 2:
-        prompts.setdefault("verifier", P.VERIFIER_VERDICT_FIRST)
-    if cfg.verifier_mode == "recompute" and cfg.n_agents == 2:
-        prompts.setdefault("verifier", P.VERIFIER_RECOMPUTE)
     rules = MathRules(
         grade=_grader(cfg),
         max_loops=cfg.max_loops,
@@ -161,11 +198,10 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
         verdict_reward=cfg.verdict_reward,
         review_malformed=cfg.review_malformed,
         verifier_mode=cfg.verifier_mode,
+        verdict_parsing=cfg.verdict_parsing,
     )
     factory = MathWorkflowFactory(cfg.n_agents, rules)
-    unknown = set(prompts) - set(factory.roles)
-    if unknown:
-        raise ValueError(f"prompts name unknown roles {sorted(unknown)}; roles: {list(factory.roles)}")
+    prompts = _prompts(cfg, factory.roles)
     return WorkflowEnv(
         factory,
         env_tasks(cfg),

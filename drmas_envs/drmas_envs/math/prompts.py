@@ -11,6 +11,11 @@ Override per role with `make("math-2agent", prompts={"verifier": PromptTemplate(
 
 Write a literal brace in a user template twice (`\boxed{{}}` shows as `\boxed{}`); values are inserted
 verbatim, never parsed as templates.
+
+Two layouts (`make(..., prompt_layout=...)`): "project" (the default) gives each role its instructions and
+a worked example in the system message; "reference" is the reference code's message layout, in this
+project's words: a generic system message, and the task, the team's work and the role's instructions in
+the user message, with no worked examples. `prompts_file` loads any other set (`drmas_envs.prompt_files`).
 """
 
 from __future__ import annotations
@@ -79,6 +84,41 @@ VERIFIER_RECOMPUTE = PromptTemplate(
 )
 
 DEFAULT_PROMPTS = {"solver": SOLVER, "verifier": VERIFIER}
+
+GENERIC_SYSTEM = "You are a helpful assistant."
+"""The system message of the "reference" layout: the role lives in the user message."""
+
+_TEAM_TASK = "You are one of a team of agents solving a math problem together.\n\nThe problem:\n{problem}\n\n"
+
+REFERENCE_SOLVER = PromptTemplate(
+    system=GENERIC_SYSTEM,
+    user=_TEAM_TASK + "{history}Your role: the Solver. Work through the problem step by step. If a teammate has "
+    "reviewed an earlier attempt, take the review into account. Put your final answer in \\boxed{{}} at the end.",
+)
+
+REFERENCE_VERIFIER = PromptTemplate(
+    system=GENERIC_SYSTEM,
+    user=_TEAM_TASK + "{history}Your role: the Verifier. Go through the Solver's most recent solution and check "
+    "every step, every calculation and the final answer. Close your reply with exactly one verdict: "
+    "<verify>approve</verify> when the solution and its answer are right, <verify>reject</verify> when you "
+    "find any error.",
+)
+
+REFERENCE_SOLO = PromptTemplate(
+    system=GENERIC_SYSTEM,
+    user="The problem:\n{problem}\n\nWork through the problem step by step. "
+    "Put your final answer in \\boxed{{}} at the end.",
+)
+"""The "reference" layout's Solver working alone (`math-1agent`)."""
+
+LAYOUTS = {
+    "project": DEFAULT_PROMPTS,
+    "reference": {"solver": REFERENCE_SOLVER, "verifier": REFERENCE_VERIFIER},
+}
+"""The built-in prompt sets, by `prompt_layout`."""
+
+CONTEXT_FIELDS = ("problem", "history", "latest_solution", "attempt", "max_loops")
+"""The fields every user template may use (see the module docstring)."""
 
 HISTORY_HEADER = "Your team's work so far:\n\n"
 HISTORY_ENTRY = "[{label}]\n{text}\n\n"

@@ -17,7 +17,9 @@ Format rules (a malformed call costs its agent `format_penalty`, the episode goe
   box of the *last* Solver call; if that call is malformed the episode grades wrong.
 - Verifier: well-formed iff its last `<verify>...</verify>` tag says approve or reject and no tag
   disagrees. A malformed or missing verdict counts as `missing_verdict` ("approve" by default, as in
-  the paper's code; "reject" asks for another attempt).
+  the paper's code; "reject" asks for another attempt). With `verdict_parsing = "reference"` the
+  reference code's reading applies instead: a call is well-formed iff it holds `<verify>` and
+  `</verify>`, and `<verify>approve</verify>` anywhere approves, even beside a rejecting tag.
 
 With `verifier_mode = "recompute"` (the paper's is "judge": a verdict tag) the Verifier does not
 judge the attempt: it solves the problem itself, without seeing the attempt, and its answer decides
@@ -55,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drmas_envs.math import prompts as P
-from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_number
+from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_number, reference_verdict
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
 
 Grade = Callable[[str | None, str], bool]
@@ -79,6 +81,9 @@ class MathRules:
     """Show a malformed attempt to the Verifier."""
     verifier_mode: str = "judge"
     """"judge" (a verdict tag) or "recompute" (the Verifier solves the problem; answers compared)."""
+    verdict_parsing: str = "strict"
+    """"strict" (the last tag counts; disagreeing tags are malformed) or "reference" (tags present is
+    well-formed; an approving tag anywhere wins)."""
 
 
 class MathSolo(Workflow):
@@ -169,6 +174,9 @@ class MathTeam(MathSolo):
             return super().parse(role, text)
         if self.rules.verifier_mode == "recompute":
             return self._recomputed_verdict(text)
+        if self.rules.verdict_parsing == "reference":
+            found, valid, error = reference_verdict(text)
+            return Parsed(valid, found or self.rules.missing_verdict, error)
         verdict, error = extract_verdict(text)
         return Parsed(verdict is not None, verdict if verdict is not None else self.rules.missing_verdict, error)
 

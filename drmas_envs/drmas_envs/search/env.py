@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drmas_envs.env import WorkflowEnv
+from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template_fields
 from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
@@ -65,18 +66,46 @@ class SearchConfig:
     """The reference's format check: a Search or Answer call (one agent: every call) needs exactly one
     <think>...</think>, else it is malformed and penalised, its query or answer still used; their prompts
     then ask for it. False: only the action tag is checked."""
+    verdict_parsing: str = "strict"
+    """How a Verifier reply is read. "strict": the last `<verify>` tag, which must say yes or no, else the call is
+    malformed. "reference" (the reference's `get_verification_vector`): a reply holding `<verify>` and `</verify>`
+    is well-formed, `<verify>yes</verify>` anywhere (any case) means yes even beside `<verify>no</verify>`, and a
+    reply with neither counts as `malformed_verdict`. The paper presets use "reference"."""
+    malformed_answer: str = "end"
+    """What an Answer call without an `<answer>` tag does (2 and 3 agents). "end": the episode ends unanswered.
+    "continue" (the reference, whose env only ends on an answer tag): the call uses up its step and the next step
+    begins, the Verifier running again; at the last step it ends unanswered. Penalised either way."""
+    search_sees_verifier: bool = False
+    """3 agents: the Search agent's prompt shows the Verifier's whole reply at this step (`{verifier_output}`), as
+    the reference's team context does; the built-in prompts gain the section, and a Search template of your own
+    must use the field. False: the Search agent sees the question and the search history only."""
+    prompt_layout: str = "project"
+    """The built-in prompts. "project": each role's instructions and a short worked example in the system message
+    (the examples give a small model its format: benchmarks/search_format_smollm2.py). "reference": the reference
+    code's layout in this project's words: a generic system message, and the question, history and role
+    instructions in the user message, with no examples (the paper presets)."""
+    prompts_file: str | None = None
+    """A JSON or YAML file of per-role templates ({role: {system, user[, reply_prefix]}}) over the layout's, for
+    any prompt set (e.g. the reference's own); checked when the env is made (`drmas_envs.prompt_files`)."""
     max_query_chars: int = 512
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
     """Seconds per request to a retrieval service."""
     prompts: Mapping[str, PromptTemplate | Mapping[str, str]] = field(default_factory=dict)
-    """Per-role prompt overrides: a PromptTemplate or {"system": ..., "user": ...}."""
+    """Per-role prompt overrides: a PromptTemplate or {"system": ..., "user": ...}; they win over `prompts_file`."""
     render_mode: str | None = None
     """None or "ansi"."""
 
     def __post_init__(self) -> None:
         if self.malformed_verdict not in ("yes", "no"):
             raise ValueError(f"malformed_verdict must be 'yes' or 'no', not {self.malformed_verdict!r}")
+        for name, allowed in (
+            ("verdict_parsing", ("strict", "reference")),
+            ("malformed_answer", ("end", "continue")),
+            ("prompt_layout", tuple(search_prompts.LAYOUTS)),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0:
             raise ValueError("max_steps and topk must be at least 1, history_steps at least 0")
 
@@ -109,6 +138,27 @@ def _templates(overrides: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str
     if unknown:
         raise ValueError(f"prompts for unknown roles {sorted(unknown)}; roles: {list(roles)}")
     return {r: t if isinstance(t, PromptTemplate) else PromptTemplate(**t) for r, t in overrides.items()}
+
+
+def _prompts(cfg: SearchConfig, n_agents: int, roles: tuple[str, ...]) -> dict[str, PromptTemplate]:
+    """Each role's template: `prompts`, else `prompts_file`, else the layout's (with the options' additions)."""
+    reference = cfg.prompt_layout == "reference"
+    out = dict(search_prompts.LAYOUTS[cfg.prompt_layout][n_agents])
+    sees = cfg.search_sees_verifier and n_agents == 3
+    if sees:
+        out["search"] = search_prompts.with_verifier_output(out["search"])
+    if cfg.require_think:  # the roles whose format check reads the think block are told about it
+        for role in set(roles) - {"verifier"}:
+            out[role] = search_prompts.with_think(out[role], in_user=reference)
+    if cfg.prompts_file is not None:
+        out.update(load_prompts_file(cfg.prompts_file, roles, search_prompts.CONTEXT_FIELDS))
+    out.update(_templates(cfg.prompts, roles))
+    if sees and "verifier_output" not in template_fields(out["search"].user, "prompts['search'].user"):
+        raise PromptFileError(
+            "search_sees_verifier is on but the Search template does not show {verifier_output}; add the field "
+            f"to it{f' in {cfg.prompts_file}' if cfg.prompts_file else ''} or turn the option off"
+        )
+    return out
 
 
 class _Factory:
@@ -144,11 +194,10 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
         malformed_verdict=cfg.malformed_verdict,
         verify_last_step=cfg.verify_last_step,
         require_think=cfg.require_think,
+        malformed_answer=cfg.malformed_answer,
+        verdict_parsing=cfg.verdict_parsing,
     )
-    templates = _templates(cfg.prompts, cls.roles)
-    if cfg.require_think:  # the roles whose format check reads the think block are told about it
-        for role in set(cls.roles) - {"verifier"} - set(templates):
-            templates[role] = search_prompts.with_think(cls.default_prompts[role])
+    templates = _prompts(cfg, n_agents, cls.roles)
     return WorkflowEnv(
         factory,
         tasks,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from drmas_envs.tags import reference_tag_view
 from drmas_envs.workflow import Parsed
 
 _NAMES = ("search", "answer", "verify")
@@ -73,6 +74,19 @@ def parse_verdict(text: str) -> Parsed:
     if verdict not in ("yes", "no"):
         return Parsed(False, None, f"unknown verdict {verdict[:40]!r} (expected yes or no)")
     return Parsed(True, verdict)
+
+
+def reference_verdict(text: str) -> Parsed:
+    """The verdict as the reference code reads it: well-formed iff `<verify>` and `</verify>` occur; "yes" if
+    `<verify>yes</verify>` occurs anywhere (any case; the first tag's content stripped of spaces first:
+    `drmas_envs.tags`), else "no" if `<verify>no</verify>` does, else None.
+
+    "yes" wins over "no"; a call with no verdict (None) counts as the env's `malformed_verdict`.
+    """
+    view, valid = reference_tag_view(text, "<verify>", "</verify>")
+    lower = view.lower()
+    verdict = next((v for v in ("yes", "no") if f"<verify>{v}</verify>" in lower), None)
+    return Parsed(valid, verdict, "" if valid else "no <verify>...</verify> tag")
 
 
 def parse_action(text: str, names: tuple[str, ...], max_chars: int) -> Parsed:

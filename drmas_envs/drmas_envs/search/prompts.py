@@ -3,7 +3,14 @@
 Every user template may use these fields (filled by the workflow's `context`):
 `{question}`; `{history}`, the recent search steps, each a `<search>` query and its
 `<information>Doc 1(Title: ...) ...</information>` block; `{n_searches}`; `{searches_left}`;
-`{step}` and `{max_steps}`. Override any role's template with `make(..., prompts={role: PromptTemplate(...)})`.
+`{step}` and `{max_steps}`; `{verifier_output}`, the Verifier's whole reply at this step when it was
+the last call ("" otherwise). Override any role's template with `make(..., prompts={role: PromptTemplate(...)})`
+or a file (`prompts_file`, `drmas_envs.prompt_files`).
+
+Two built-in layouts (`prompt_layout`): "project" gives each role its instructions and a short worked
+example in the system message; "reference" is the reference code's message layout, in this project's
+words: a generic system message, and the question, the search history and the role's instructions in
+the user message, with no examples.
 """
 
 from __future__ import annotations
@@ -72,16 +79,86 @@ THINK_RULE = "\n\nFormat: first reason step by step inside <think>...</think> (e
 """Added to the Search and Answer prompts when the env requires a think block (`require_think`)."""
 
 
-def with_think(template: PromptTemplate) -> PromptTemplate:
-    """`template` with its system prompt asking for one `<think>...</think>` before the reply."""
-    return PromptTemplate(system=template.system + THINK_RULE, user=template.user)
+def with_think(template: PromptTemplate, *, in_user: bool = False) -> PromptTemplate:
+    """`template` asking for one `<think>...</think>` before the reply, in its system message or its user one."""
+    if in_user:
+        return PromptTemplate(template.system, template.user + THINK_RULE, template.reply_prefix)
+    return PromptTemplate(template.system + THINK_RULE, template.user, template.reply_prefix)
+
+
+VERIFIER_OUTPUT = "The Verifier's output at this step:\n{verifier_output}"
+"""Shown to the Search agent when the env's `search_sees_verifier` is on."""
+
+
+def with_verifier_output(template: PromptTemplate) -> PromptTemplate:
+    """`template` with this step's Verifier output shown just before its last paragraph (the instructions)."""
+    head, sep, last = template.user.rpartition("\n\n")
+    user = f"{head}{sep}{VERIFIER_OUTPUT}\n\n{last}" if sep else f"{VERIFIER_OUTPUT}\n\n{last}"
+    return PromptTemplate(template.system, user, template.reply_prefix)
 
 
 THREE_AGENT = {"verifier": VERIFIER, "search": SEARCH, "answer": ANSWER}
 TWO_AGENT = {"search": SEARCH_OR_DONE, "answer": ANSWER}
 ONE_AGENT = {"searcher": SEARCHER}
 
+GENERIC_SYSTEM = "You are a helpful assistant."
+"""The system message of the "reference" layout: the role lives in the user message."""
+
+_REF_HISTORY = (
+    "Steps taken so far: {n_searches}. Each search query is shown in <search>...</search> and what it retrieved "
+    "in <information>...</information>:\n{history}\n\n"
+)
+_REF_TEAM = (
+    "You are one of a team of agents that answers a question step by step, with a search engine over Wikipedia."
+    "\nThe question: {question}\n\n" + _REF_HISTORY
+)
+
+REF_VERIFIER = PromptTemplate(
+    GENERIC_SYSTEM,
+    _REF_TEAM + "Your role: the Verifier, who routes the team. This is step {step} of {max_steps}. Look back at the "
+    "team's queries (well aimed, or repeated, vague, or drifting from the question?) and judge whether the "
+    "information gathered is enough to answer the question. Reason first, then route: <verify>yes</verify> if it "
+    "is enough (the Answer agent answers), <verify>no</verify> if not (the Search agent searches again).",
+)
+REF_SEARCH = PromptTemplate(
+    GENERIC_SYSTEM,
+    _REF_TEAM + "Your role: the Search agent. Reason about the question, the searches so far and what your teammates "
+    "wrote, then write one query for the information still missing inside <search>...</search>.",
+)
+REF_ANSWER = PromptTemplate(
+    GENERIC_SYSTEM,
+    _REF_TEAM + "Your role: the Answer agent. Reason over the information gathered and what you know, then give the "
+    "final answer, a short phrase, inside <answer>...</answer>.",
+)
+REF_SEARCH_OR_DONE = PromptTemplate(
+    GENERIC_SYSTEM,
+    _REF_TEAM + "Your role: the Search agent. Searches left: {searches_left}. Write one query for the information "
+    "still missing inside <search>...</search>, or, when the information is enough, hand over to the Answer agent "
+    "by writing <done>.",
+)
+REF_SEARCHER = PromptTemplate(
+    GENERIC_SYSTEM,
+    "Answer a question step by step; you may use a search engine over Wikipedia.\nThe question: {question}\n\n"
+    + _REF_HISTORY
+    + "Searches left: {searches_left}. Either write one query inside <search>...</search>, or, when you know "
+    "enough, give the final answer, a short phrase, inside <answer>...</answer>.",
+)
+
+LAYOUTS = {
+    "project": {3: THREE_AGENT, 2: TWO_AGENT, 1: ONE_AGENT},
+    "reference": {
+        3: {"verifier": REF_VERIFIER, "search": REF_SEARCH, "answer": REF_ANSWER},
+        2: {"search": REF_SEARCH_OR_DONE, "answer": REF_ANSWER},
+        1: {"searcher": REF_SEARCHER},
+    },
+}
+"""The built-in prompt sets, by `prompt_layout` and number of agents."""
+
+CONTEXT_FIELDS = ("question", "history", "n_searches", "searches_left", "step", "max_steps", "verifier_output")
+"""The fields every user template may use (see the module docstring)."""
+
 NO_HISTORY = "(no searches yet)"
 NO_QUERY = "(no valid query: nothing was retrieved)"
 NO_RESULTS = "(no results)"
+NO_ANSWER = "(the Answer agent wrote no <answer> tag: no answer, the team went on)"
 """Fixed strings inside `{history}`."""

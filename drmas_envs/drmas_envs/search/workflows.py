@@ -18,6 +18,18 @@ counts it as "yes"); a malformed search call uses up its step with nothing retri
 answer means no answer (EM 0). With `require_think` a Search or Answer call (the one-agent searcher's
 too) without exactly one `<think>...</think>` is malformed as well, but its query or answer still
 counts, as in the reference (whose format check only decides the penalty).
+
+Options that follow the reference code (each off by default):
+
+- `malformed_answer = "continue"` (2 and 3 agents): an Answer call without an `<answer>` tag does not
+  end the episode: it uses up its step (shown in the history as a step without an answer) and the
+  next step begins, with the Verifier (3 agents) or the Search agent (2 agents). At the last step it
+  ends the episode unanswered.
+- `verdict_parsing = "reference"` (3 agents): a Verifier call is well-formed iff it holds `<verify>`
+  and `</verify>`; `<verify>yes</verify>` anywhere (any case) routes to the Answer agent, even beside
+  `<verify>no</verify>`; a call with neither counts as `malformed_verdict`.
+- The Search agent's prompt may show this step's Verifier output (`{verifier_output}`; the env's
+  `search_sees_verifier` adds it to the built-in prompts).
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ class SearchStep:
 
     query: str | None
     passages: tuple[Passage, ...] = ()
+    unanswered: bool = False
+    """The step was an Answer call without an `<answer>` tag (`malformed_answer="continue"`), not a search."""
 
 
 def render_information(passages: tuple[Passage, ...]) -> str:
@@ -62,6 +76,8 @@ class SearchWorkflow(Workflow):
         malformed_verdict: what a malformed Verifier verdict counts as, "no" or "yes".
         verify_last_step: 3 agents: ask the Verifier at the last step too (see the module docstring).
         require_think: Search and Answer calls must hold exactly one `<think>...</think>`.
+        malformed_answer: "end" or "continue": what an Answer call without an answer tag does.
+        verdict_parsing: "strict" (the last tag, yes or no) or "reference" (see the module docstring).
 
     """
 
@@ -82,6 +98,8 @@ class SearchWorkflow(Workflow):
         malformed_verdict: str = "no",
         verify_last_step: bool = False,
         require_think: bool = False,
+        malformed_answer: str = "end",
+        verdict_parsing: str = "strict",
     ):
         super().__init__(task, prompts=prompts)
         self.retriever = retriever
@@ -89,6 +107,7 @@ class SearchWorkflow(Workflow):
         self.max_query_chars = max_query_chars
         self.malformed_verdict = malformed_verdict
         self.verify_last_step, self.require_think = verify_last_step, require_think
+        self.malformed_answer, self.verdict_parsing = malformed_answer, verdict_parsing
         self.searches: list[SearchStep] = []
         self.answer: str | None = None
         self.forced_answer = False
@@ -111,6 +130,9 @@ class SearchWorkflow(Workflow):
         first = max(0, len(self.searches) - self.history_steps)
         blocks = []
         for i, step in enumerate(self.searches[first:], start=first + 1):
+            if step.unanswered:
+                blocks.append(f"Step {i}: {prompts.NO_ANSWER}")
+                continue
             query = f"<search>{step.query}</search>" if step.query else prompts.NO_QUERY
             info = render_information(step.passages) if step.query else ""
             blocks.append(f"Step {i}: {query}\n{info}".rstrip())
@@ -124,12 +146,28 @@ class SearchWorkflow(Workflow):
             "searches_left": self.searches_left,
             "step": len(self.searches) + 1,
             "max_steps": self.max_steps,
+            "verifier_output": self.history[-1].text if self.history and self.history[-1].role == "verifier" else "",
         }
 
     def take_answer(self, parsed: Parsed) -> None:
         # the value, not `valid`: a call that only failed the think check still answers (see above)
         if parsed.value and parsed.value[0] == "answer" and parsed.value[1]:
             self.answer = parsed.value[1]
+
+    def after_answer(self, parsed: Parsed) -> str | None:
+        """The Answer role's call ends the episode, unless it held no answer tag and steps remain under
+        `malformed_answer="continue"`: then it uses up its step and the next step begins.
+        """
+        self.take_answer(parsed)
+        if parsed.value is not None or self.malformed_answer != "continue":
+            return None
+        last = self.searches_left == 0
+        self.searches.append(SearchStep(None, unanswered=True))
+        return None if last else self._after_search()
+
+    def parse_verdict(self, text: str) -> Parsed:
+        """The Verifier's verdict, read as `verdict_parsing` says."""
+        return parsing.reference_verdict(text) if self.verdict_parsing == "reference" else parsing.parse_verdict(text)
 
     @staticmethod
     def query_of(parsed: Parsed) -> str | None:
@@ -158,7 +196,8 @@ class SearchWorkflow(Workflow):
                 "golden_answers": golds,
                 "forced_answer": self.forced_answer,
                 "stopped_unanswered": self.stopped_unanswered,
-                "queries": [s.query for s in self.searches],
+                "queries": [s.query for s in self.searches if not s.unanswered],
+                "unanswered_steps": sum(s.unanswered for s in self.searches),
             },
         )
 
@@ -192,14 +231,14 @@ class ThreeAgentSearch(SearchWorkflow):
 
     def parse(self, role: str, text: str) -> Parsed:
         if role == "verifier":
-            return parsing.parse_verdict(text)
+            return self.parse_verdict(text)
         if role == "search":
             return self.check_think(text, parsing.parse_action(text, ("search",), self.max_query_chars))
         return self.parse_answer_role(text)
 
     def transition(self, role: str, parsed: Parsed) -> str | None:
         if role == "verifier":
-            verdict = parsed.value if parsed.valid else self.malformed_verdict
+            verdict = parsed.value if parsed.value is not None else self.malformed_verdict
             if verdict == "yes":
                 return "answer"
             if self.searches_left == 0:  # the last step (verify_last_step): no search left, no answer
@@ -209,8 +248,7 @@ class ThreeAgentSearch(SearchWorkflow):
         if role == "search":
             self.do_search(self.query_of(parsed))
             return self._after_search()
-        self.take_answer(parsed)
-        return None
+        return self.after_answer(parsed)
 
 
 class TwoAgentSearch(SearchWorkflow):
@@ -231,8 +269,7 @@ class TwoAgentSearch(SearchWorkflow):
                 return "answer"
             self.do_search(self.query_of(parsed))
             return self._after_search()
-        self.take_answer(parsed)
-        return None
+        return self.after_answer(parsed)
 
 
 class OneAgentSearch(SearchWorkflow):

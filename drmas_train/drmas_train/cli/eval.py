@@ -15,7 +15,7 @@ from typing import Any
 from drmas_envs import evaluate
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import load_checkpoint
-from drmas_train.config import BackendName, ModelsConfig, build_config, choices
+from drmas_train.config import BackendName, ModelsConfig, Truncation, build_config, choices
 from drmas_train.models.assignment import agent_to_policy, build_policies
 from drmas_train.rollout import chat_prompt
 
@@ -33,7 +33,13 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.6, help="paper: 0.6")
     p.add_argument("--top-p", type=float, default=0.95, help="paper: 0.95")
     p.add_argument("--max-new-tokens", type=int, default=256, help="response cap per call")
-    p.add_argument("--max-prompt-tokens", type=int, default=2048, help="longer prompts lose their middle")
+    p.add_argument("--max-prompt-tokens", type=int, default=2048, help="longer prompts are cut (--truncation)")
+    p.add_argument(
+        "--truncation",
+        choices=choices(Truncation),
+        default="middle",
+        help="the part of a long prompt cut: middle (keep head and tail), left (keep the tail), right, error",
+    )
     p.add_argument(
         "--stop", action="append", default=[], metavar="STRING", help="a string that ends a reply (repeatable)"
     )
@@ -88,7 +94,9 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
 
     def policy(agent: str, observations: list[dict]) -> list[str]:
         p = serving[agent]
-        prompts = [chat_prompt(p.tokenizer, o, args.max_prompt_tokens) for o in observations]
+        prompts = [
+            chat_prompt(p.tokenizer, o, args.max_prompt_tokens, truncation=args.truncation) for o in observations
+        ]
         gens = p.backend.generate(
             prompts, [sampling] * len(prompts), adapters=[p.adapter] * len(prompts), seed=args.seed + calls["n"]
         )

@@ -20,6 +20,7 @@ from drmas_train.config.choices import (
     PlacementMode,
     PoolStrategy,
     RolloutRanks,
+    Truncation,
     check_choices,
     choices,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "PlacementMode",
     "PoolSize",
     "PoolStrategy",
+    "Truncation",
     "RolloutConfig",
     "RolloutRanks",
     "TrainConfig",

@@ -30,6 +30,8 @@ RolloutRanks = Literal["all", "first"]
 """Which data-parallel ranks of a pool generate."""
 PoolStrategy = Literal["replicate", "fsdp"]
 """How a pool's data-parallel ranks hold the training state."""
+Truncation = Literal["middle", "left", "right", "error"]
+"""Which part of an over-long prompt is cut (verl's `data.truncation`)."""
 
 
 def choices(tp: Any) -> tuple[str, ...]:

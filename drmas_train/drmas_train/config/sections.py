@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from drmas_train.config.choices import Assignment, BackendName, Estimator, check_choices
+from drmas_train.config.choices import Assignment, BackendName, Estimator, Truncation, check_choices
 from drmas_train.config.engine import EngineConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -88,7 +88,14 @@ class RolloutConfig:
     tokens after a closed answer cost generation and training time and carry no reward (paper: none);
     per-agent override."""
     max_prompt_tokens: int = 2048
-    """Longer prompts keep their head and tail and lose the middle (paper: 4096 math)."""
+    """Longest prompt in tokens; a longer one is cut as `truncation` says (reference: 8192 math, 4096 search)."""
+    truncation: Truncation = "middle"
+    """Which part of an over-long prompt is cut, as verl's `data.truncation`: middle (keep the head, the system
+    prompt, and the tail, the latest context), left (keep the tail), right (keep the head) or error (stop the
+    run). Reference: middle for math, left for search. A reply prefix is appended after the cut, never cut."""
+
+    def __post_init__(self) -> None:
+        check_choices(self, "rollout")
 
 
 @dataclass
