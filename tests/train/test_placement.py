@@ -102,7 +102,7 @@ def test_worker_groups_and_bad_placements(local_ray, tmp_path):
         PlacementConfig(mode="everywhere")
     with pytest.raises(ValueError, match="rollout_ranks"):
         PlacementConfig(rollout_ranks="some")
-    with pytest.raises(ValueError, match="strategy must be replicate or fsdp"):
+    with pytest.raises(ValueError, match="strategy must be one of"):
         PlacementConfig(shared_pool=PoolSize(ranks=2, strategy="zero3"))
     with pytest.raises(ValueError, match="ranks >= 1"):
         PlacementConfig(pools={"solver": PoolSize(ranks=0)})

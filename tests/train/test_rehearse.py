@@ -18,6 +18,8 @@ import pytest
 import ray
 import rehearsal
 
+from drmas_envs.search.retrievers import get_retriever
+from drmas_retrieval import ServiceConfig, serve_in_thread
 from drmas_train.config import build_config, list_presets, load_preset, to_dict
 from drmas_train.trainer import Trainer
 
@@ -32,6 +34,17 @@ def local_ray():
     ray.init(num_cpus=64, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def retrieval_service(tmp_path_factory):
+    """A real retrieval service on loopback (BM25 over real Wikipedia passages), as the search presets expect one."""
+    root = tmp_path_factory.mktemp("retrieval")
+    retriever = get_retriever("bm25", str(rehearsal.paper_search_corpus(root)), index_dir=str(root / "index"))
+    server, _ = serve_in_thread(retriever, ServiceConfig(port=0))
+    yield server.url
+    server.shutdown()
+    server.server_close()
 
 
 def test_every_paper_preset_is_rehearsed():
@@ -52,9 +65,11 @@ def _cap(cfg, agent):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_rehearse(preset, tmp_path, local_ray):
+def test_rehearse(preset, tmp_path, local_ray, request):
     data = load_preset(preset)
-    cfg = build_config(preset, rehearsal.overrides(data, tmp_path))
+    search = data["env"]["id"].startswith("search")
+    url = request.getfixturevalue("retrieval_service") if search else None
+    cfg = build_config(preset, rehearsal.overrides(data, tmp_path, retriever_url=url))
     reference = build_config(preset)
 
     changed = _changed(reference, cfg)
@@ -65,6 +80,12 @@ def test_rehearse(preset, tmp_path, local_ray):
     )
 
     trainer = Trainer(cfg)
+    # The preset's own dataset name, found in the local copy in the reference's format.
+    train_data = trainer.data_provenance["train"]
+    assert train_data["dataset"] == reference.env.kwargs["dataset"] and train_data["origin"] == "local"
+    if search:  # the env's retriever is the loopback service, and it answers with real passages
+        retriever = trainer.envs[0].unwrapped._factory.kwargs["retriever"]
+        assert retriever.url.startswith(url) and retriever.search(["Linda Davis"], 3)[0]
     rows = trainer.train()
 
     assert [r["step"] for r in rows] == [1]
