@@ -102,3 +102,11 @@ def vllm_server(vllm_served_model, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The toy search set (search_helpers.write_toy) as env options, one per test module."""
+    from search_helpers import toy_options
+
+    return toy_options(tmp_path_factory.mktemp("toy"))

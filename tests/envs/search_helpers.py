@@ -37,3 +37,18 @@ def play(env, script):
         env.step(action)
     assert all(env.terminations.values()) or all(env.truncations.values()), "episode did not end"
     return dict(env.rewards), env.infos[env.agents[0]]
+
+
+def toy_options(root: Path) -> dict[str, str]:
+    """Env options of the toy question set and corpus written under `root`."""
+    corpus, questions = write_toy(root)
+    return {"corpus": corpus, "dataset": questions, "index_dir": str(root / "index")}
+
+
+def make(env_id: str, toy: dict, **kw):
+    """A search env on the toy set, reset to its first question ("Where was Marie Curie born?" -> Warsaw)."""
+    import drmas_envs
+
+    env = drmas_envs.make(env_id, **{**toy, **kw})
+    env.reset(options={"task_index": 0})
+    return env

@@ -8,24 +8,9 @@
 """
 
 import pytest
-from search_helpers import play, write_toy
-
-import drmas_envs
+from search_helpers import make, play
 
 THINK = "<think>Curie was Polish.</think>"
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toy")
-    corpus, questions = write_toy(root)
-    return {"corpus": corpus, "dataset": questions, "index_dir": str(root / "index")}
-
-
-def make(env_id, toy, **kw):
-    env = drmas_envs.make(env_id, **{**toy, **kw})
-    env.reset(options={"task_index": 0})  # "Where was Marie Curie born?" -> Warsaw
-    return env
 
 
 REFERENCE = {"malformed_verdict": "yes", "verify_last_step": True}

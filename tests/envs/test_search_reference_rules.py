@@ -11,26 +11,13 @@ instructions in the user turn (`prompt_layout="reference"`).
 import json
 
 import pytest
-from search_helpers import play, write_toy
+from search_helpers import make, play
 
 import drmas_envs
 from drmas_envs.prompt_files import PromptFileError
 from drmas_envs.search import prompts as P
 
 REVIEW = "Nothing about Curie yet. <verify>no</verify>"
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toy")
-    corpus, questions = write_toy(root)
-    return {"corpus": corpus, "dataset": questions, "index_dir": str(root / "index")}
-
-
-def make(env_id, toy, **kw):
-    env = drmas_envs.make(env_id, **{**toy, **kw})
-    env.reset(options={"task_index": 0})  # "Where was Marie Curie born?" -> Warsaw
-    return env
 
 
 # -- the Search agent sees this step's Verifier output ---------------------------------------------

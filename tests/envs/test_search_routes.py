@@ -2,23 +2,10 @@
 
 import pytest
 from pettingzoo.test import api_test
-from search_helpers import play, write_toy
+from search_helpers import make, play
 
 import drmas_envs
 from drmas_envs import PromptTemplate
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toy")
-    corpus, questions = write_toy(root)
-    return {"corpus": corpus, "dataset": questions, "index_dir": str(root / "index")}
-
-
-def make(env_id, toy, **kw):
-    env = drmas_envs.make(env_id, **{**toy, **kw})
-    env.reset(options={"task_index": 0})  # "Where was Marie Curie born?" -> Warsaw
-    return env
 
 
 @pytest.mark.parametrize("env_id", ["search-1agent", "search-2agent", "search-3agent"])
