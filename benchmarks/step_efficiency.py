@@ -1,4 +1,4 @@
-"""Step efficiency, side by side: drmas-train's step against the plain floor and TRL's GRPOTrainer (issue 17).
+"""Step efficiency, side by side: drmas-train's step against the plain floor and TRL's GRPOTrainer.
 
     .venv/bin/python benchmarks/step_efficiency.py      # every row: about 75 min on 2 quiet cores (estimated)
     .venv/bin/python benchmarks/step_efficiency.py --rows drmas-transformers,floor --steps 3

@@ -15,7 +15,7 @@ from typing import Any
 STEP_ROWS = ("drmas-transformers", "drmas-vllm", "floor", "trl", "trl-gc")
 """Rows whose figures are training steps (wall, generate, update, other)."""
 OTHER_PARTS = ("prompts", "env", "grading", "advantages", "metrics", "logging")
-"""The parts of a drmas-train step that are neither generate nor update (issue 17 item 5)."""
+"""The parts of a drmas-train step that are neither generate nor update."""
 TARGETS = (  # (what, numerator row, denominator row, key, at most)
     ("step vs the plain floor", "drmas-transformers", "floor", "wall", 0.75),
     ("step vs TRL", "drmas-transformers", "trl", "wall", 0.75),
@@ -162,7 +162,7 @@ def _single_rows(results: dict[str, dict[str, Any]], sums: dict[str, dict[str, f
 
 
 def _ratio_lines(sums: dict[str, dict[str, float]]) -> list[str]:
-    out = ["Ratios (issue 17's targets: step <= 0.75x the floor's and TRL's; RSS <= TRL's with checkpointing):", ""]
+    out = ["Ratios (the targets: step <= 0.75x the floor's and TRL's; RSS <= TRL's with checkpointing):", ""]
     for what, rows, value, target in ratios(sums):
         verdict = "" if value is None or target is None else (" (meets)" if value <= target else " (misses)")
         bound = "" if target is None else f", target <= {target}"

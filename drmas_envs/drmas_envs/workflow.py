@@ -28,8 +28,8 @@ class PromptTemplate:
 
     `reply_prefix` is the start of the role's reply, written for it: the policy continues it (the
     trainer appends its tokens to the prompt) and the env parses `reply_prefix + action`. A small
-    model that never opens the required tag on its own (SmolLM2-135M: 0.4% valid `<verify>` verdicts)
-    writes a valid verdict every time once the tag is opened for it. Empty by default: the model
+    model that rarely opens the required tag on its own writes a valid verdict every time once the tag
+    is opened for it (docs/default_run.md, "Verdict tags"). Empty by default: the model
     writes its whole reply.
     """
 

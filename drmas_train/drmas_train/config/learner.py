@@ -50,15 +50,15 @@ class PPOConfig:
     """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
     forward: Forward = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
-    prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens:
-    0.55x plain's time on a replayed math-2agent batch, docs/scaling.md). Not in the reference (verl runs
+    prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
+    its speed-up on a replayed math-2agent batch: docs/scaling.md). Not in the reference (verl runs
     every sequence whole)."""
     logits_chunk_mib: float = 128.0
     """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
     MiB (220 positions at Qwen's 151,936-token vocabulary, 682 at SmolLM2's 49,152); beyond one chunk,
     backward recomputes each chunk's logits instead of keeping them. Not in the reference (verl keeps them)."""
     gradient_checkpointing: bool = False
-    """Recompute activations in backward: about 30% slower, much less memory on long contexts."""
+    """Recompute activations in backward: one more forward pass per step, much less memory on long contexts."""
     seed: int = 0
     """Seeds the mini-batch shuffle (only used when mini_batches > 1)."""
 

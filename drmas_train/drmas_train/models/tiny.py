@@ -1,6 +1,6 @@
 """Tiny random causal LMs with a real tokenizer, built in-process for tests and the smoke preset.
 
-`build_tiny_model` trains a byte-level BPE tokenizer on a small built-in corpus (about 0.2 s),
+`build_tiny_model` trains a byte-level BPE tokenizer on a small built-in corpus (a fraction of a second),
 builds a random Llama, Qwen2 or Qwen3 from a config, and saves both as a Hugging Face folder that
 transformers and vLLM load. Nothing is downloaded. The folder is cached by its arguments, so
 calling it twice with the same arguments returns the same folder without rebuilding.
