@@ -71,6 +71,21 @@ def sample_keys(
     return list(ep_groups), scores, call_to_ep
 
 
+def _key_table(keys: Sequence[Hashable], values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number the distinct keys: (the key of each sample, each key's size, whether its values are all equal)."""
+    members: dict[Hashable, list[int]] = {}
+    for i, k in enumerate(keys):
+        members.setdefault(k, []).append(i)
+    key_of_sample = np.empty(len(keys), dtype=np.int64)
+    sizes, flat = np.empty(len(members), dtype=np.int64), np.empty(len(members), dtype=bool)
+    for j, rows in enumerate(members.values()):
+        key_of_sample[rows] = j
+        sizes[j] = len(rows)
+        # Exact equality, as `advantages.normalize_groups` decides that a key gives advantage 0.
+        flat[j] = len(rows) > 1 and bool(np.all(values[rows] == values[rows[0]]))
+    return key_of_sample, sizes, flat
+
+
 def group_stats(
     rewards: Any,
     *,
@@ -109,15 +124,7 @@ def group_stats(
             f"lengths differ: rewards {len(r)}, group_ids {len(g)}, agent_ids {len(a)}, episode_ids {len(e)}"
         )
     keys, values, sample_of_call = sample_keys(r, g, a, e, estimator)
-    key_of_sample = np.empty(len(keys), dtype=np.int64)
-    members: dict[Hashable, list[int]] = {}
-    for i, k in enumerate(keys):
-        members.setdefault(k, []).append(i)
-    sizes, flat = np.empty(len(members), dtype=np.int64), np.empty(len(members), dtype=bool)
-    for j, rows in enumerate(members.values()):
-        key_of_sample[rows] = j
-        sizes[j] = len(rows)
-        flat[j] = len(rows) > 1 and bool(np.all(values[rows] == values[rows[0]]))
+    key_of_sample, sizes, flat = _key_table(keys, values)
     key_of_call = key_of_sample[sample_of_call]
     out: dict[str, float] = {}
     for agent in dict.fromkeys(a.tolist()):
