@@ -1,4 +1,4 @@
-"""Plot one training run's curves (rewards, accuracy, format validity, grad norm, validation) from its metrics.jsonl.
+"""Plot one run's curves (rewards, accuracy, validity, grad norm, baseline keys, validation) from its metrics.jsonl.
 
 .venv/bin/python benchmarks/plot_run.py runs/cpu --out benchmarks/results/cpu_default/curves.png
 """
@@ -24,10 +24,24 @@ PANELS = [
     ("pre-clip gradient norm", ["grad_norm/shared"]),
 ]
 VERDICTS = ("Verifier: approval of right / wrong attempts", ["approve_right", "approve_wrong"])
+GROUPS = (
+    (
+        "calls with no signal: in a one-sample key / an all-equal-reward key (share)",
+        ("singleton_share", "zero_var_share"),
+    ),
+    ("baseline key size (samples): min / median / max", ("size_min", "size_median", "size_max")),
+)
 VALIDATION = (
     "held-out validation (before step 1 and every eval.every steps)",
     ("val/avg@", "val/pass@", "val/answer_acc"),
 )
+
+
+def group_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    """The baseline-key diagnostics (`groups/<agent>/...`), for every agent the run logged them for."""
+    keys = sorted({k for r in rows for k in r if k.startswith("groups/")})
+    panels = [(title, [k for k in keys if k.rsplit("/", 1)[1] in stats]) for title, stats in GROUPS]
+    return [(title, ks) for title, ks in panels if ks]
 
 
 def main() -> None:
@@ -39,7 +53,8 @@ def main() -> None:
     rows = [json.loads(line) for line in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
     val_keys = sorted({k for r in rows for k in r if k.startswith(VALIDATION[1])})
     has_verdicts = any(k in r for r in rows for k in VERDICTS[1])
-    panels = PANELS + ([VERDICTS] if has_verdicts else []) + ([(VALIDATION[0], val_keys)] if val_keys else [])
+    panels = PANELS + ([VERDICTS] if has_verdicts else []) + group_panels(rows)
+    panels += [(VALIDATION[0], val_keys)] if val_keys else []
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     for ax, (title, keys) in zip(axes, panels):
         for key in keys:

@@ -15,7 +15,9 @@ Keys:
 - `tokens/generated`, `tokens/per_s` (generation throughput), `mem/peak_rss_mb`; the trainer adds
   `time/step`, `time/step_cpu` (CPU seconds), `time/rollout`, `time/update`, `data/cursor`, `adv/...` and the
   parts of a step that are neither generate nor update: `time/prompts` (chat template + tokeniser),
-  `time/advantages`, `time/sync` (weight push to the engine, inside `time/update`), `time/metrics`.
+  `time/advantages`, `time/sync` (weight push to the engine, inside `time/update`), `time/metrics`,
+  and per agent `groups/<agent>/{singleton_share,zero_var_share,size_min,size_median,size_max}`: the
+  share of its calls whose baseline key gave them no signal, and the key sizes (`group_stats`).
 """
 
 from __future__ import annotations

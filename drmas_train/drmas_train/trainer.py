@@ -49,6 +49,7 @@ from drmas_train.backends import resolve_backend
 from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config, steps_for_epochs
+from drmas_train.group_stats import GroupWarnings, group_stats
 from drmas_train.metrics import step_metrics
 from drmas_train.models.assignment import agent_to_policy, pick_device
 from drmas_train.models.engine import resolve_gen_dtype
@@ -88,6 +89,10 @@ class Trainer:
         if not isinstance(probe.unwrapped, drmas_envs.WorkflowEnv):  # tasks, task order, per-call rewards
             raise TypeError(f"env {cfg.env.id!r} is a {type(probe.unwrapped).__name__}; training needs a WorkflowEnv")
         self.agents = list(probe.possible_agents)
+        algo = cfg.algo  # checked before any model loads: a bad threshold fails at once
+        self.group_warnings = GroupWarnings(
+            algo.group_warn_share, estimator=algo.estimator, group_size=cfg.rollout.group_size
+        )
         unknown = set(cfg.agents) - set(self.agents)
         if unknown:
             raise ValueError(f"agents section names unknown agents {sorted(unknown)}; env agents: {self.agents}")
@@ -246,6 +251,8 @@ class Trainer:
         row["time/step"] = time.perf_counter() - t0
         # CPU seconds of this process: on a shared machine, wall time alone overstates the cost.
         row["time/step_cpu"] = time.process_time() - cpu0
+        for message in self.group_warnings.check(row, self.agents):
+            log.warning(message)
         if cfg.eval.due(self.step, cfg.steps):
             row.update(self.validate())  # after time/step: a step's time is training only
         self.runlog.metrics(row)
@@ -276,6 +283,7 @@ class Trainer:
                     out[f"balance/{r.agent}/{r.stratum}"] = float(w)
         for r, a in zip(recs, adv):
             r.advantage = float(a)
+        out.update(group_stats(rewards, **ids, estimator=algo.estimator))
         stats_fn = getattr(adv_mod, "advantage_stats", None)
         if stats_fn is not None:
             out.update(stats_fn(rewards, **ids, estimator=algo.estimator, norm_by_std=algo.norm_by_std, advantages=adv))

@@ -55,11 +55,17 @@ def _progress_line(row: dict[str, Any], agents: list[str], last_val: dict[str, A
     if last_val:
         parts.append(f"val@{last_val['step']} {_val_summary(last_val)}")
     for a in agents:
-        parts.append(f"{a}: r {row.get(f'reward/{a}', 0):.2f} valid {row.get(f'valid/{a}', 0):.2f}")
+        parts.append(f"{a}: r {row.get(f'reward/{a}', 0):.2f} valid {row.get(f'valid/{a}', 0):.2f}{_no_signal(row, a)}")
     grads = [f"{k.split('/', 1)[1]} {v:.3g}" for k, v in row.items() if k.startswith("grad_norm/")]
     parts.append("|g| " + ", ".join(grads))
     parts.append(f"{row['time/step']:.1f}s/step")
     return " | ".join(parts)
+
+
+def _no_signal(row: dict[str, Any], agent: str) -> str:
+    """The agent's shares of calls in one-sample keys (solo) and all-equal-reward keys (flat): no signal."""
+    solo, flat = row.get(f"groups/{agent}/singleton_share"), row.get(f"groups/{agent}/zero_var_share")
+    return "" if solo is None or flat is None else f" solo {solo:.2f} flat {flat:.2f}"
 
 
 def _quiet_transformers() -> None:

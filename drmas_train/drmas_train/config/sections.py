@@ -110,6 +110,11 @@ class AlgoConfig:
     (math-2agent: the Verifier's calls on right vs wrong attempts), so the base rate of wrong attempts
     does not push an undiscriminating Verifier to reject everything. Not in the paper (off); the cpu
     preset turns it on (`advantages.strata_weights`)."""
+    group_warn_share: float | None = 0.9
+    """Warn once per agent when this share (0-1] of its calls in a step sits in a baseline key of one sample
+    or of all-equal rewards (`groups/<agent>/singleton_share`, `zero_var_share`): advantage 0, nothing learnt.
+    0.9 catches group size 1 and an unreachable format (both 1.0) from the first step and stays quiet in the
+    healthy math default; None: never (a diagnostic, not in the paper)."""
 
     def __post_init__(self) -> None:
         check_choices(self, "algo")
