@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from drmas_train.advantages import compute_advantages
-from drmas_train.cli import _progress_line
+from drmas_train.cli.main import _progress_line
 from drmas_train.config import build_config
 from drmas_train.group_stats import GroupWarnings, group_stats
 from drmas_train.trainer import Trainer
