@@ -197,8 +197,8 @@ class GroupWarnings:
         if valid is not None and valid <= 0.05:
             return (
                 f"{agent}'s format looks unreachable (valid/{agent} {valid:.2f}): every call earns the same "
-                "penalty and the team never succeeds; make the format reachable (a reply opened with its tag, "
-                "stop strings, a format-following model)"
+                "penalty and the episodes of a prompt end alike; make the format reachable (a `reply_prefix` "
+                "that opens the reply with its tag, stop strings at the closing tag, a format-following model)"
             )
         acc = row.get("accuracy")
         outcome = f" (accuracy {acc:.2f})" if acc is not None else ""
