@@ -141,6 +141,8 @@ def group_stats(
 class GroupWarnings:
     """Warns once per run per (agent, kind) when a share of `group_stats` reaches a threshold.
 
+    The memory of what was said lives in this object, so a resumed run may say it once more.
+
     Args:
         threshold: the share (0-1] at which to warn; None never warns.
         estimator: the estimator in use (named in the message).
