@@ -16,7 +16,7 @@ silent failures leave an agent training on nothing, with every loss and grad nor
 
 `group_stats` measures both per agent (shares of its calls, disjoint: a singleton is not counted as
 zero-variance; their sum is the share of calls whose advantage is 0 by rule) and the sizes of the
-keys its calls sit in. `GroupWarnings` turns a share over ``algo.group_warn_share`` into one log
+keys its calls sit in. `GroupWarnings` turns a share at or over ``algo.group_warn_share`` into one log
 warning per (agent, kind) per run that names the likely cause.
 """
 
