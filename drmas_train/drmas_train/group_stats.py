@@ -16,7 +16,7 @@ silent failures leave an agent training on nothing, with every loss and grad nor
 
 `group_stats` measures both per agent (shares of its calls, disjoint: a singleton is not counted as
 zero-variance; their sum is the share of calls whose advantage is 0 by rule) and the sizes of the
-keys its calls sit in. `GroupWarnings` turns a share over ``algo.group_warn_share`` into one log
+keys its calls sit in. `GroupWarnings` turns a share at or over ``algo.group_warn_share`` into one log
 warning per (agent, kind) per run that names the likely cause.
 """
 
@@ -141,6 +141,8 @@ def group_stats(
 class GroupWarnings:
     """Warns once per run per (agent, kind) when a share of `group_stats` reaches a threshold.
 
+    The memory of what was said lives in this object, so a resumed run may say it once more.
+
     Args:
         threshold: the share (0-1] at which to warn; None never warns.
         estimator: the estimator in use (named in the message).
@@ -197,8 +199,8 @@ class GroupWarnings:
         if valid is not None and valid <= 0.05:
             return (
                 f"{agent}'s format looks unreachable (valid/{agent} {valid:.2f}): every call earns the same "
-                "penalty and the team never succeeds; make the format reachable (a reply opened with its tag, "
-                "stop strings, a format-following model)"
+                "penalty and the episodes of a prompt end alike; make the format reachable (a `reply_prefix` "
+                "that opens the reply with its tag, stop strings at the closing tag, a format-following model)"
             )
         acc = row.get("accuracy")
         outcome = f" (accuracy {acc:.2f})" if acc is not None else ""

@@ -113,8 +113,8 @@ class AlgoConfig:
     group_warn_share: float | None = 0.9
     """Warn once per agent when this share (0-1] of its calls in a step sits in a baseline key of one sample
     or of all-equal rewards (`groups/<agent>/singleton_share`, `zero_var_share`): advantage 0, nothing learnt.
-    0.9 catches group size 1 and an unreachable format (both 1.0) from the first step and stays quiet in the
-    healthy math default; None: never (a diagnostic, not in the paper)."""
+    0.9: group size 1 and an unreachable format both give 1.0 from the first step, while the math default's
+    steps stayed below it (benchmarks/results/group_diagnostics.md); None: never. A diagnostic, not in the paper."""
 
     def __post_init__(self) -> None:
         check_choices(self, "algo")
