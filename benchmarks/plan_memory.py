@@ -64,8 +64,8 @@ if case["model"].startswith("HuggingFaceTB/"):
     model = AutoModelForCausalLM.from_pretrained(resolve_model(case["model"]), dtype=torch.float32)
 else:
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from drmas_train.plan.arch import known_arch
-    a = known_arch(case["model"])
+    from drmas_train.plan.arch import Arch, known_arch
+    a = Arch(**case["shape"]) if "shape" in case else known_arch(case["model"])
     config = Qwen2Config(vocab_size=a.vocab_size, hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
                          num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads,
                          num_key_value_heads=a.num_kv_heads, tie_word_embeddings=a.tie_word_embeddings)
@@ -96,10 +96,10 @@ print(json.dumps({"before": before, "loaded": loaded, "after_first": after_first
 
 def predict(case: dict) -> dict[str, int]:
     """The plan's figures for one case (bytes)."""
-    from drmas_train.plan.arch import known_arch
+    from drmas_train.plan.arch import Arch, known_arch
     from drmas_train.plan.memory import dtype_bytes, train_state
 
-    arch = known_arch(case["model"])
+    arch = Arch(**case["shape"]) if "shape" in case else known_arch(case["model"])
     tokens = case["micro"] * (case["prompt"] + case["response"])
     state = train_state(
         arch,
@@ -111,6 +111,21 @@ def predict(case: dict) -> dict[str, int]:
     )
     parts = {k: getattr(state, k) for k in ("weights", "gradients", "optimizer", "activations", "logits")}
     return {**parts, "total": sum(parts.values()), "n_params": arch.n_params()}
+
+
+SMALL_QWEN2 = dict(
+    family="qwen2",
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1536,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=2,
+    head_dim=64,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
+"""A 31 M-parameter random Qwen2 for a check that runs in a test (`tests/train/test_plan_memory.py`)."""
 
 
 def measure(case: dict, threads: int) -> dict[str, float]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_train.config import TrainConfig
+from drmas_train.config import TrainConfig, needed_model_len
 from drmas_train.plan.data import (
     PromptCounter,
     eval_kwargs,
@@ -73,14 +73,22 @@ def _backend(cfg: TrainConfig) -> str:
     return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
 
 
-def _gen_dtype(cfg: TrainConfig, gpu: bool) -> str:
-    g = cfg.models.gen_dtype
-    if g == "auto":
-        return "bfloat16" if gpu else cfg.models.dtype
-    return g or cfg.models.dtype
+def _gen_dtype(cfg: TrainConfig, gpu: bool, backend: str) -> str:
+    """The engine's dtype as the run would resolve it: on a GPU `auto` means bf16 (assumed supported); on a
+    CPU, bf16 where this machine has native bf16 (`models.engine.resolve_gen_dtype`).
+    """
+    from drmas_train.models.engine import resolve_gen_dtype
+
+    if gpu:
+        g = cfg.models.gen_dtype
+        return "bfloat16" if g == "auto" else g or cfg.models.dtype
+    m = cfg.models
+    return resolve_gen_dtype(m.gen_dtype, dtype=m.dtype, backend=backend, device_type="cpu") or m.dtype
 
 
-def _prompt_section(cfg, env, agents, infos, plans, sample) -> dict[str, Any]:
+def _prompt_section(
+    cfg: TrainConfig, env: Any, agents: list[str], infos: dict[str, ModelInfo], plans: list[ModelPlan], sample: int
+) -> dict[str, Any]:
     cap = cfg.rollout.max_prompt_tokens
     out: dict[str, Any] = {"max_prompt_tokens": cap, "per_agent": [], "status": "no data"}
     if env is None:
@@ -114,14 +122,24 @@ def _engine_dict(e: Any) -> dict[str, Any]:
     return d
 
 
-def _memory_section(cfg, pools: list[PoolPlan], gpu: bool, backend: str, gen_dtype: str) -> dict[str, Any]:
+def _memory_section(
+    cfg: TrainConfig, pools: list[PoolPlan], gpu: bool, backend: str, gen_dtype: str, prompts: dict[str, Any]
+) -> dict[str, Any]:
     declared = cfg.placement.gpu_memory_gib
     rows = []
+    # The same ranks with calls as long as the measured prompts' p99 plus the largest response cap.
+    typical = None
+    if prompts.get("p99") is not None and prompts["status"] == "measured":
+        longest_cap = needed_model_len(cfg)[0] - cfg.rollout.max_prompt_tokens
+        typical = min(int(prompts["p99"]) + longest_cap, int(cfg.models.engine.max_model_len or 0))
     for pool in pools:
         per_rank = (pool.size.gpus if pool.size.gpus >= 1 else 1.0) * declared * GIB if gpu else _host_bytes()
         for rank, generates in pool_ranks(pool, cfg.placement.rollout_ranks):
             kw = dict(generates=generates, gpu=gpu, capacity=int(per_rank), backend=backend, gen_dtype=gen_dtype)
-            rows.append(rank_memory(cfg, pool, rank, **kw))
+            row = rank_memory(cfg, pool, rank, **kw)
+            rows.append(row)
+            if typical:
+                row.total_typical = rank_memory(cfg, pool, rank, **kw, tokens_per_call=typical).total
     unknown = [mp.name for pool in pools for mp in pool.models if mp.arch is None]
     return {
         "device": "gpu" if gpu else "cpu",
@@ -137,12 +155,28 @@ def _memory_section(cfg, pools: list[PoolPlan], gpu: bool, backend: str, gen_dty
             f"learner dtype {cfg.models.dtype}, gradient checkpointing "
             f"{'on' if cfg.learner.gradient_checkpointing else 'off'}"
         ),
+        "typical_call_tokens": typical,
+        "typical_basis": (
+            f"total_typical: the same micro-batch of calls of {typical} tokens (measured prompt p99 + the largest "
+            "response cap)"
+            if typical
+            else "no measured prompts: no typical total"
+        ),
         "projection": gpu,
         "_rows": rows,
     }
 
 
-def _estimate(cfg, env_id, agents, pools, plans, prompts, memory, gpu, backend, gen_dtype) -> dict[str, Any]:
+def _estimate(
+    cfg: TrainConfig,
+    agents: list[str],
+    pools: list[PoolPlan],
+    plans: list[ModelPlan],
+    prompts: dict[str, Any],
+    memory: dict[str, Any],
+    gen_dtype: str,
+) -> dict[str, Any]:
+    gpu, backend, env_id = memory["device"] == "gpu", memory["_backend"], cfg.env.id
     hw: Hardware = H100 if gpu else CPU_2CORE
     if not gpu and backend != "vllm":
         hw = replace(hw, bandwidth_efficiency=hw.bandwidth_efficiency * 56 / 167)
@@ -247,13 +281,16 @@ def build_plan(
     plans: list[ModelPlan] = model_plans(cfg, agents, {n: i.arch for n, i in infos.items()})
     gpu = _gpu(cfg)
     pools = pool_plans(cfg, plans, gpu)
-    backend, gen_dtype = _backend(cfg), _gen_dtype(cfg, gpu)
+    backend = _backend(cfg)
+    gen_dtype = _gen_dtype(cfg, gpu, backend)
     prompts = _prompt_section(cfg, env, agents, infos, plans, sample)
-    memory = _memory_section(cfg, pools, gpu, backend, gen_dtype)
+    memory = _memory_section(cfg, pools, gpu, backend, gen_dtype, prompts)
     memory["_eval_used"] = ev.used if ev else None
-    estimate = _estimate(cfg, cfg.env.id, agents, pools, plans, prompts, memory, gpu, backend, gen_dtype)
+    memory["_backend"] = backend
+    estimate = _estimate(cfg, agents, pools, plans, prompts, memory, gen_dtype)
     engines = memory.pop("_engines")
-    memory.pop("_rows"), memory.pop("_eval_used")
+    for key in ("_rows", "_eval_used", "_backend"):
+        memory.pop(key)
     steps_per_epoch = math.ceil(train.size / cfg.rollout.prompts_per_step) if train.size else None
     missing = [d.missing for d in (train, ev) if d is not None and d.missing]
     return {

@@ -139,6 +139,8 @@ class RankMemory:
     """Inside `engines`."""
     runtime: int = 0
     capacity: int = 0
+    total_typical: int | None = None
+    """The total at the measured prompt lengths (set by the caller); None without measured prompts."""
     engine_plans: list[EnginePlan] = field(default_factory=list)
 
     @property
@@ -173,6 +175,7 @@ class RankMemory:
             **gib,
             "runtime": round(self.runtime / GIB, 3),
             "total": round(self.total / GIB, 3),
+            "total_typical": None if self.total_typical is None else round(self.total_typical / GIB, 3),
             "capacity": round(self.capacity / GIB, 3),
             "fits": not self.problems,
             "problems": self.problems,
@@ -189,12 +192,15 @@ def rank_memory(
     capacity: int,
     backend: str,
     gen_dtype: str,
+    tokens_per_call: int | None = None,
 ) -> RankMemory:
-    """The memory of rank(s) `rank` of `pool` (module docstring)."""
+    """The memory of rank(s) `rank` of `pool` (module docstring); activations for a micro-batch of calls of
+    `tokens_per_call` tokens (None: `models.engine.max_model_len`, the longest a call can be).
+    """
     learner = cfg.learner
     b = dtype_bytes(cfg.models.dtype)
     shards = pool.size.ranks if pool.size.strategy == "fsdp" else 1
-    tokens_per_call = int(cfg.models.engine.max_model_len or 0)
+    tokens_per_call = tokens_per_call or int(cfg.models.engine.max_model_len or 0)
     caps = [cfg.rollout.max_new_tokens, *(o.max_new_tokens for o in cfg.agents.values() if o and o.max_new_tokens)]
     out = RankMemory(pool.name, rank, capacity=capacity, runtime=int(CUDA_CONTEXT_GIB * GIB) if gpu else 0)
     transient: TrainState | None = None

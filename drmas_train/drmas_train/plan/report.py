@@ -41,6 +41,10 @@ def _memory(m: dict[str, Any]) -> list[str]:
     for r in m["per_rank"]:
         row = "".join(f"{r[c]:>12.2f}" for c in cols)
         lines.append(f"  {r['pool'] + ' ' + r['ranks']:<18}{row}   {'fits' if r['fits'] else 'DOES NOT FIT'}")
+        if r["total_typical"] is not None:
+            lines.append(
+                f"    at the measured prompt lengths ({m['typical_call_tokens']}-token calls): {r['total_typical']:.2f}"
+            )
         lines += [f"    - {p}" for p in r["problems"]]
     if m["unknown_models"]:
         lines.append(f"  not planned (architecture unknown): {', '.join(m['unknown_models'])}")
