@@ -183,7 +183,8 @@ def _estimate(
     turns, turns_from = turn_agents(env_id, cfg.env.kwargs, agents)
     caps = _caps(cfg, agents)
     p50 = {r["agent"]: r["p50"] for r in prompts.get("per_agent", [])}
-    half_cap = cfg.rollout.max_prompt_tokens / 2
+    # An agent whose prompts the walk did not reach: the p50 of every measured prompt, else half the cap.
+    fallback = prompts.get("p50") or cfg.rollout.max_prompt_tokens / 2
     model_of = {a: next(mp for mp in plans if a in mp.agents) for a in agents}
     pool_of = {mp.key: next(p for p in pools if mp in p.models) for mp in plans}
     kv_tokens = {e["model"]: e["kv_tokens"] for e in memory["_engines"]}
@@ -202,7 +203,7 @@ def _estimate(
                 weight_bytes=mp.arch.n_params() * gen_b,
                 kv_bytes_per_token=mp.arch.kv_bytes_per_token(gen_b),
                 sequences=math.ceil(n_episodes / gens),
-                mean_context=p50.get(agent, half_cap) + caps[agent] / 2,
+                mean_context=p50.get(agent, fallback) + caps[agent] / 2,
                 kv_capacity_tokens=kv_tokens.get(mp.key) if backend == "vllm" and gpu else None,
             )
             total += turn_s(load, caps[agent], hw)
@@ -212,7 +213,7 @@ def _estimate(
     for mp in plans:
         if mp.arch is None:
             continue
-        tokens = sum(episodes * (p50.get(a, half_cap) + REPLY_FILL * caps[a]) for a in turns if a in mp.agents)
+        tokens = sum(episodes * (p50.get(a, fallback) + REPLY_FILL * caps[a]) for a in turns if a in mp.agents)
         pool = pool_of[mp.key]
         devices = pool.size.ranks * (max(1, int(pool.size.gpus)) if gpu else 1)
         if not gpu:
@@ -255,7 +256,8 @@ def _estimate(
             f"hardware: {hw.source}",
             f"turns per episode: {len(turns)} ({turns_from}), each lasting its longest reply at the cap "
             "(lock-step rollout; every turn taken)",
-            f"learner tokens: prompt p50 (or half the prompt cap) + {REPLY_FILL:.0%} of the response cap per call",
+            f"learner tokens: the agent's prompt p50 (an agent not measured: all prompts' p50, or half the prompt "
+            f"cap without data) + {REPLY_FILL:.0%} of the response cap per call",
             "learner FLOPs: 10 x parameters per token with gradient checkpointing, 8 without",
             "not counted: weight pushes, engine start-up, checkpoints",
         ],

@@ -26,7 +26,7 @@ from drmas_train.config import TrainConfig
 
 HOW_TO_FETCH = (
     "put its files in a local data directory (env.kwargs.data_dir or $DRMAS_DATA_DIR) or run where the "
-    "Hugging Face hub is reachable; docs/math.md and docs/search.md list each dataset's files"
+    "Hugging Face hub is reachable (docs/math.md and docs/search.md: which files each known name looks for)"
 )
 """What the plan says after naming a dataset it could not load."""
 
