@@ -217,7 +217,8 @@ def _estimate(
         pool = pool_of[mp.key]
         devices = pool.size.ranks * (max(1, int(pool.size.gpus)) if gpu else 1)
         if not gpu:
-            hw = replace(hw, flops_fp32=65e9 * (cfg.threads or os.cpu_count() or 1))
+            cores = cfg.threads or os.cpu_count() or 1  # the calibration's 65 GFLOP/s a core, either dtype
+            hw = replace(hw, flops_fp32=65e9 * cores, flops_bf16=65e9 * cores)
         secs = cfg.learner.ppo_epochs * learner_s(
             mp.arch.n_params(),
             tokens,
