@@ -125,7 +125,7 @@ SMALL_QWEN2 = dict(
     tie_word_embeddings=True,
     max_position_embeddings=4096,
 )
-"""A 31 M-parameter random Qwen2 for a check that runs in a test (`tests/train/test_plan_memory.py`)."""
+"""A 28 M-parameter random Qwen2 for a check that runs in a test (`tests/train/test_plan_memory.py`)."""
 
 
 def measure(case: dict, threads: int) -> dict[str, float]:
@@ -178,6 +178,10 @@ def report(rows: list[dict], command: str, machine: str, loads: tuple[str, str])
             + ", ".join(f"{k} {gib(v)}" for k, v in r["predicted"].items() if k not in ("total", "n_params"))
             for r in rows
         ),
+        "",
+        "The weights column is the resident set right after loading: SmolLM2's safetensors are memory-mapped "
+        "and read lazily (most pages arrive with the first update); the 0.5 B model is built in fp32 and cast "
+        "to bf16. The totals compare peaks, which include every part.",
         "",
         "The GPU-only parts of the plan (vLLM's KV cache and its engine share, FSDP sharding and gathers, "
         "CUDA context) are not measured here: they are projections.",

@@ -1,4 +1,4 @@
-"""The plan's learner memory model against a real update's peak RSS, on a 31 M-parameter random Qwen2 (fp32).
+"""The plan's learner memory model against a real update's peak RSS, on a 28 M-parameter random Qwen2 (fp32).
 
 The full check (SmolLM2-135M with and without gradient checkpointing, a 0.5 B Qwen2.5) is
 `benchmarks/plan_memory.py` (benchmarks/results/plan_memory.md); this one is small enough for the suite.
