@@ -48,9 +48,12 @@ def test_plan_of_every_preset_offline_text_and_json(preset, capsys):
     p = plan_json(capsys, "--preset", preset)
     assert KEYS <= set(p)
     assert isinstance(p["fits"], bool)
-    assert p["train_dataset"]["name"] and p["steps_per_epoch"] == -(
-        -p["train_dataset"]["size"] // build_config(preset).rollout.prompts_per_step
-    )
+    train = p["train_dataset"]
+    assert train["name"]
+    if train["size"] is None:  # a preset naming data that is not here: named, and planned without it
+        assert train["missing"] and p["steps_per_epoch"] is None and p["prompt_tokens"]["status"] == "no data"
+    else:
+        assert p["steps_per_epoch"] == -(-train["size"] // build_config(preset).rollout.prompts_per_step)
     assert p["gpu_memory_gib"]["per_rank"] and all(r["total"] > 0 for r in p["gpu_memory_gib"]["per_rank"])
     assert p["engines"] and all(
         e["max_model_len"] == build_config(preset).models.engine.max_model_len for e in p["engines"]
@@ -68,7 +71,8 @@ def test_paper_presets_plan_gpu_memory_from_the_tables_numbers_and_label_token_c
     assert p["gpu_memory_gib"]["device"] == "gpu" and p["gpu_memory_gib"]["projection"] is True
     assert p["gpu_memory_gib"]["declared"] == build_config(preset).placement.gpu_memory_gib
     assert all("no tokenizer" in m["source"] and m["params"] > 1e9 for m in p["models"])
-    assert p["prompt_tokens"]["status"].startswith("estimate")  # never the tiny test tokenizer
+    # Never another model's (e.g. the tiny test) tokenizer: estimated, or no data when the preset's set is not here.
+    assert p["prompt_tokens"]["status"].startswith("estimate") or p["prompt_tokens"]["status"] == "no data"
     assert all(r["unit"].startswith("tokens (estimate") for r in p["prompt_tokens"]["per_agent"])
     assert p["estimate"]["gpus"] == 4 and p["estimate"]["gpu_hours"] > 0
 
@@ -192,3 +196,11 @@ def test_fsdp_shards_the_state_but_not_the_activations():
     assert one.weights + one.gradients + one.optimizer == 16 * a.n_params()  # fp32 AdamW: 16 bytes a parameter
     assert four.optimizer * 4 == one.optimizer and four.activations == one.activations
     assert 59 < 16 * a.n_params() / GIB < 61  # docs/scaling.md: "64 GB per model"
+
+
+def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsys):
+    no_eval = ("--set", "eval.every=0", "--set", "eval.before_train=false")
+    p = plan_json(capsys, "--preset", "math-2x-qwen3-4b", "--set", "env.kwargs.dataset=null", *no_eval)
+    assert p["eval_dataset"] is None and p["train_dataset"]["size"] > 0
+    assert p["prompt_tokens"]["status"].startswith("estimate") and p["prompt_tokens"]["per_agent"]
+    assert all(r["unit"] == "tokens (estimate: characters / 4)" for r in p["prompt_tokens"]["per_agent"])
