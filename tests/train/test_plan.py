@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -204,3 +205,23 @@ def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsy
     assert p["eval_dataset"] is None and p["train_dataset"]["size"] > 0
     assert p["prompt_tokens"]["status"].startswith("estimate") and p["prompt_tokens"]["per_agent"]
     assert all(r["unit"] == "tokens (estimate: characters / 4)" for r in p["prompt_tokens"]["per_agent"])
+
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.mark.skipif(
+    not (SHARED / "math" / "math500.jsonl").is_file(), reason="../shared/data/math/math500.jsonl absent"
+)
+def test_real_dataset_from_a_local_data_dir_gives_sizes_and_measured_prompts(capsys, monkeypatch):
+    monkeypatch.setenv("DRMAS_DATA_DIR", str(SHARED))
+    p = plan_json(
+        capsys,
+        "--preset", "math-2x-qwen3-4b",
+        "--set", "env.kwargs.dataset=math500",
+        "--set", "models.name=HuggingFaceTB/SmolLM2-135M-Instruct",
+    )  # fmt: skip
+    assert p["train_dataset"]["size"] == 500 and p["train_dataset"]["sources"] == {"math500": 500}
+    assert p["steps_per_epoch"] == 16 and p["prompt_tokens"]["status"] == "measured"
+    first = next(r for r in p["prompt_tokens"]["per_agent"] if r["turn"] == "first")
+    assert 50 < first["p50"] < first["max"] < 4096  # real MATH-500 problems vary in length

@@ -77,7 +77,11 @@ def load_env(env_id: str, kwargs: Mapping[str, Any], role: str) -> tuple[Any | N
         env = drmas_envs.make(env_id, **kwargs)
     except (OSError, ValueError, ImportError, RuntimeError, KeyError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        info.missing = f"{info.name} not loaded: {message}. To provide it: {HOW_TO_FETCH}"
+        from drmas_envs.data import data_dirs
+
+        searched = ", ".join(str(d) for d in data_dirs(kwargs.get("data_dir"))) or "none set"
+        info.missing = f"{info.name} not loaded: {message}. Local data directories searched: {searched}. "
+        info.missing += f"To provide it: {HOW_TO_FETCH}"
         return None, info
     tasks = getattr(env.unwrapped, "tasks", None) or []
     info.size = len(tasks)
