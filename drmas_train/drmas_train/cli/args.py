@@ -24,7 +24,8 @@ from drmas_train.extras import MissingExtraError
 
 USAGE = (
     "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"
-    "       %(prog)s eval --env ID [--model NAME | --checkpoint DIR] [options]  (see: %(prog)s eval --help)"
+    "       %(prog)s eval --env ID [--model NAME | --checkpoint DIR] [options]  (see: %(prog)s eval --help)\n"
+    "       %(prog)s plan [--preset NAME|FILE] [--set KEY=VALUE ...] [--json]  (see: %(prog)s plan --help)"
 )
 
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, FileNotFoundError, yaml.YAMLError)
@@ -58,7 +59,7 @@ def train_parser() -> ArgParser:
     p = ArgParser(
         prog="drmas-train",
         usage=USAGE,
-        description="Train a team of LLM agents with agent-wise GRPO (Dr. MAS). Subcommand: eval.",
+        description="Train a team of LLM agents with agent-wise GRPO (Dr. MAS). Subcommands: eval, plan.",
         epilog=f"presets: {', '.join(list_presets())}. Any config field: --set section.field=value or "
         "--section.field value (e.g. --learner.lr 1e-5); `--help-config` lists them all with their help. "
         "Exit status: 1 a data or model error, 2 a usage, config or env error.",

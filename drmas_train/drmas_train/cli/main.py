@@ -1,4 +1,4 @@
-"""`drmas-train`: train a team of LLM agents with Dr. MAS, or evaluate one (`drmas-train eval`).
+"""`drmas-train`: train a team of LLM agents with Dr. MAS, evaluate one (`drmas-train eval`), or plan a run (`plan`).
 
 drmas-train --env math-2agent                       # the cpu preset (SmolLM2, offline)
 drmas-train --preset smoke --run-dir runs/smoke     # a tiny model, 2 steps
@@ -6,6 +6,7 @@ drmas-train --preset cpu --steps 5 --set learner.lr=1e-5 --agents.verifier.tempe
 drmas-train --run-dir runs/cpu --resume             # continue after a crash or kill -9
 drmas-train --preset smoke --placement shared       # models in Ray workers on one pool (local Ray)
 drmas-train eval --env math-2agent --k 16 --checkpoint runs/cpu/checkpoints/step-000030
+drmas-train plan --preset math-2x-qwen3-4b          # data, prompt lengths, memory per GPU, time: no GPU needed
 """
 
 from __future__ import annotations
@@ -165,9 +166,32 @@ def eval_main(argv: list[str]) -> int:
     return 0
 
 
+def plan_main(argv: list[str]) -> int:
+    from drmas_envs import EnvNotFoundError
+    from drmas_train.cli.plan import dumps, parse_plan_args, run_plan
+    from drmas_train.plan.report import render
+
+    args, overrides = parse_plan_args(argv)
+    _quiet_transformers()
+    handler = RichHandler(console=console, level=logging.WARNING)  # a library logging at DEBUG stays quiet
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler])
+    try:
+        plan = run_plan(args, overrides)
+    except (EnvNotFoundError, *CONFIG_ERRORS) as exc:
+        report_error(console, "config error", exc, args.verbose)
+        return 2
+    except SETUP_ERRORS as exc:
+        report_error(console, "error", exc, args.verbose)
+        return 1
+    print(dumps(plan) if args.json else render(plan))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `drmas-train` and `python -m drmas_train`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "eval":
         return eval_main(argv[1:])
+    if argv and argv[0] == "plan":
+        return plan_main(argv[1:])
     return train_main(argv)

@@ -43,6 +43,9 @@ class PlacementConfig:
     """Per-worker pool sizes in `per_agent` mode, by worker name (an agent name, or "shared" / "lora")."""
     ready_timeout_s: float = 600.0
     """How long to wait for the cluster to grant the pools before failing with a clear error."""
+    gpu_memory_gib: float = 79.6
+    """Memory of one GPU in GiB: what `drmas-train plan` checks each rank's memory against (the
+    reference's H100 80GB, which reports 81,559 MiB; an H200: 139.8)."""
     rollout_ranks: RolloutRanks = "all"
     """Which data-parallel ranks of a pool generate: all (every rank holds an engine, samples its share of
     each rollout round and takes the new weights after each update, as verl's hybrid engine uses every
@@ -54,3 +57,5 @@ class PlacementConfig:
         for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
             if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
                 raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")
+        if self.gpu_memory_gib <= 0:
+            raise ValueError(f"placement.gpu_memory_gib must be > 0, got {self.gpu_memory_gib}")

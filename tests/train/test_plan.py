@@ -1,0 +1,227 @@
+"""`drmas-train plan`: every preset offline (text and JSON), measured prompt lengths, missing data, the fits verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from drmas_train.cli import main
+from drmas_train.config import build_config, list_presets
+from drmas_train.models.resolve import resolve_model
+from drmas_train.plan.arch import KNOWN_ARCHS, arch_from_folder
+from drmas_train.plan.memory import GIB, train_state
+
+KEYS = {
+    "train_dataset",
+    "eval_dataset",
+    "steps_per_epoch",
+    "prompt_tokens",
+    "truncated_share",
+    "gpu_memory_gib",
+    "fits",
+}
+PAPER = ("math-2x-qwen3-4b", "search-3x-qwen2.5-3b", "search-qwen2.5-7b", "search-heterogeneous")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("DRMAS_DATA_DIR", raising=False)
+
+
+def plan(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(["plan", "--offline", "--sample", "8", *argv])
+    return rc, capsys.readouterr().out
+
+
+def plan_json(capsys, *argv: str) -> dict:
+    rc, out = plan(capsys, "--json", *argv)
+    assert rc == 0, out
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_plan_of_every_preset_offline_text_and_json(preset, capsys):
+    p = plan_json(capsys, "--preset", preset)
+    assert KEYS <= set(p)
+    assert isinstance(p["fits"], bool)
+    train = p["train_dataset"]
+    assert train["name"]
+    if train["size"] is None:  # a preset naming data that is not here: named, and planned without it
+        assert train["missing"] and p["steps_per_epoch"] is None and p["prompt_tokens"]["status"] == "no data"
+    else:
+        assert p["steps_per_epoch"] == -(-train["size"] // build_config(preset).rollout.prompts_per_step)
+    assert p["gpu_memory_gib"]["per_rank"] and all(r["total"] > 0 for r in p["gpu_memory_gib"]["per_rank"])
+    assert p["engines"] and all(
+        e["max_model_len"] == build_config(preset).models.engine.max_model_len for e in p["engines"]
+    )
+    assert p["estimate"]["step_s"] > 0 and "an estimate, not a measurement" in p["estimate"]["assumptions"]
+    rc, text = plan(capsys, "--preset", preset)
+    assert rc == 0
+    for line in ("train data:", "eval data:", "steps per epoch", "prompt tokens", "memory per", "verdict:", "ESTIMATE"):
+        assert line in text, line
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_paper_presets_plan_gpu_memory_from_the_tables_numbers_and_label_token_counts_an_estimate(preset, capsys):
+    p = plan_json(capsys, "--preset", preset)
+    assert p["gpu_memory_gib"]["device"] == "gpu" and p["gpu_memory_gib"]["projection"] is True
+    assert p["gpu_memory_gib"]["declared"] == build_config(preset).placement.gpu_memory_gib
+    assert all("no tokenizer" in m["source"] and m["params"] > 1e9 for m in p["models"])
+    # Never another model's (e.g. the tiny test) tokenizer: estimated, or no data when the preset's set is not here.
+    assert p["prompt_tokens"]["status"].startswith("estimate") or p["prompt_tokens"]["status"] == "no data"
+    assert all(r["unit"].startswith("tokens (estimate") for r in p["prompt_tokens"]["per_agent"])
+    assert p["estimate"]["gpus"] == 4 and p["estimate"]["gpu_hours"] > 0
+
+
+def test_cpu_preset_prompt_lengths_are_smollm2_tokens_of_the_envs_real_prompts(capsys):
+    import drmas_envs
+
+    p = plan_json(capsys, "--preset", "cpu")
+    prompts = p["prompt_tokens"]
+    assert prompts["status"] == "measured" and prompts["sample_tasks"] == 8
+    first = next(r for r in prompts["per_agent"] if r["agent"] == "solver" and r["turn"] == "first")
+    # The same count by hand: the env's first observation through SmolLM2's own chat template.
+    tok = transformers.AutoTokenizer.from_pretrained(str(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")))
+    env = drmas_envs.make("math-2agent", **build_config("cpu").env.kwargs)
+    lengths = []
+    for i in range(len(env.unwrapped.tasks))[:50]:
+        env.reset(options={"task_index": i})
+        obs = env.observe("solver")
+        msgs = [{"role": "system", "content": obs["system"]}, {"role": "user", "content": obs["user"]}]
+        lengths.append(len(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)))
+    assert min(lengths) <= first["p50"] <= max(lengths) and first["max"] <= max(lengths) + 5
+    assert prompts["truncated_share"] == 0.0 and first["unit"] == "tokens"
+
+
+def test_prompts_over_the_cap_count_as_truncated(capsys):
+    p = plan_json(
+        capsys, "--preset", "cpu", "--set", "rollout.max_prompt_tokens=100", "--set", "models.engine.max_model_len=200"
+    )
+    first = next(r for r in p["prompt_tokens"]["per_agent"] if r["turn"] == "first")
+    assert first["p50"] > 100 and first["truncated_share"] == 1.0 and p["truncated_share"] == 1.0
+
+
+def test_missing_dataset_is_named_with_how_to_fetch_it_and_the_rest_is_still_planned(capsys, tmp_path):
+    args = (
+        "--preset",
+        "math-2x-qwen3-4b",
+        "--set",
+        "env.kwargs.dataset=math500",
+        "--set",
+        f"env.kwargs.data_dir={tmp_path}",
+    )
+    p = plan_json(capsys, *args)
+    assert p["train_dataset"]["size"] is None and "math500" in p["train_dataset"]["missing"]
+    assert "DRMAS_DATA_DIR" in p["train_dataset"]["missing"] and p["eval_dataset"]["missing"]
+    assert p["steps_per_epoch"] is None and p["prompt_tokens"]["status"] == "no data" and p["truncated_share"] is None
+    assert isinstance(p["fits"], bool) and p["estimate"]["step_s"] > 0  # memory and time from what is known
+    rc, text = plan(capsys, *args)
+    assert rc == 0 and "NOT FOUND" in text and "no data" in text and "missing data: math500" in text
+
+
+def test_missing_search_dataset(capsys, tmp_path):
+    p = plan_json(
+        capsys,
+        "--preset",
+        "search-qwen2.5-7b",
+        "--set",
+        "env.kwargs.dataset=nq",
+        "--set",
+        f"env.kwargs.data_dir={tmp_path}",
+    )
+    assert "nq" in p["train_dataset"]["missing"] and p["prompt_tokens"]["status"] == "no data"
+    assert p["agents"] == ["verifier", "search", "answer"]
+
+
+def test_fits_verdict_follows_the_declared_gpu_memory(capsys):
+    big = plan_json(capsys, "--preset", "search-3x-qwen2.5-3b", "--set", "placement.gpu_memory_gib=400")
+    small = plan_json(capsys, "--preset", "search-3x-qwen2.5-3b", "--set", "placement.gpu_memory_gib=20")
+    assert big["fits"] is True and small["fits"] is False
+    assert all(r["fits"] for r in big["gpu_memory_gib"]["per_rank"])
+    assert any("needs" in msg for r in small["gpu_memory_gib"]["per_rank"] for msg in r["problems"])
+
+
+def test_sharding_and_checkpointing_shrink_the_planned_memory(capsys):
+    base = ("--preset", "math-2x-qwen3-4b", "--json")
+    fsdp = plan_json(capsys, *base[:2])["gpu_memory_gib"]["per_rank"][0]
+    repl = plan_json(capsys, *base[:2], "--set", "placement.shared_pool.strategy=replicate")["gpu_memory_gib"][
+        "per_rank"
+    ][0]
+    nock = plan_json(capsys, *base[:2], "--set", "learner.gradient_checkpointing=false")["gpu_memory_gib"]["per_rank"][
+        0
+    ]
+    assert repl["optimizer"] == pytest.approx(4 * fsdp["optimizer"], rel=1e-3)
+    assert nock["activations"] > 5 * fsdp["activations"]
+
+
+def test_bad_override_is_a_config_error(capsys):
+    assert main(["plan", "--offline", "--set", "placement.gpu_memory_gib=-1"]) == 2
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_ARCHS))
+def test_parameter_count_matches_transformers_model_of_that_config(name):
+    a = KNOWN_ARCHS[name]
+    cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[
+        a.family
+    ]
+    cfg = cls(
+        vocab_size=a.vocab_size,
+        hidden_size=a.hidden_size,
+        intermediate_size=a.intermediate_size,
+        num_hidden_layers=a.num_layers,
+        num_attention_heads=a.num_heads,
+        num_key_value_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        tie_word_embeddings=a.tie_word_embeddings,
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert sum(p.numel() for p in model.parameters()) == a.n_params()
+
+
+def test_smollm2_table_entry_equals_its_offline_config():
+    folder = arch_from_folder(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"))
+    table = KNOWN_ARCHS["HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert {**folder.__dict__, "source": ""} == {**table.__dict__, "source": ""}
+
+
+def test_fsdp_shards_the_state_but_not_the_activations():
+    a = KNOWN_ARCHS["Qwen/Qwen3-4B"]
+    one = train_state(a, dtype=4, tokens=8192, response_tokens=4096, checkpointing=True, chunk_mib=128)
+    four = train_state(a, dtype=4, tokens=8192, response_tokens=4096, checkpointing=True, chunk_mib=128, shards=4)
+    assert one.weights + one.gradients + one.optimizer == 16 * a.n_params()  # fp32 AdamW: 16 bytes a parameter
+    assert four.optimizer * 4 == one.optimizer and four.activations == one.activations
+    assert 59 < 16 * a.n_params() / GIB < 61  # docs/scaling.md: "64 GB per model"
+
+
+def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsys):
+    no_eval = ("--set", "eval.every=0", "--set", "eval.before_train=false")
+    p = plan_json(capsys, "--preset", "math-2x-qwen3-4b", "--set", "env.kwargs.dataset=null", *no_eval)
+    assert p["eval_dataset"] is None and p["train_dataset"]["size"] > 0
+    assert p["prompt_tokens"]["status"].startswith("estimate") and p["prompt_tokens"]["per_agent"]
+    assert all(r["unit"] == "tokens (estimate: characters / 4)" for r in p["prompt_tokens"]["per_agent"])
+
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.mark.skipif(
+    not (SHARED / "math" / "math500.jsonl").is_file(), reason="../shared/data/math/math500.jsonl absent"
+)
+def test_real_dataset_from_a_local_data_dir_gives_sizes_and_measured_prompts(capsys, monkeypatch):
+    monkeypatch.setenv("DRMAS_DATA_DIR", str(SHARED))
+    p = plan_json(
+        capsys,
+        "--preset", "math-2x-qwen3-4b",
+        "--set", "env.kwargs.dataset=math500",
+        "--set", "models.name=HuggingFaceTB/SmolLM2-135M-Instruct",
+    )  # fmt: skip
+    assert p["train_dataset"]["size"] == 500 and p["train_dataset"]["sources"] == {"math500": 500}
+    assert p["steps_per_epoch"] == 16 and p["prompt_tokens"]["status"] == "measured"
+    first = next(r for r in p["prompt_tokens"]["per_agent"] if r["turn"] == "first")
+    assert 50 < first["p50"] < first["max"] < 4096  # real MATH-500 problems vary in length
