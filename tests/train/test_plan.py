@@ -24,7 +24,13 @@ KEYS = {
     "gpu_memory_gib",
     "fits",
 }
-PAPER = ("math-2x-qwen3-4b", "search-3x-qwen2.5-3b", "search-qwen2.5-7b", "search-heterogeneous")
+PAPER = (
+    "math-2x-qwen3-4b",
+    "search-3x-qwen2.5-7b",
+    "search-3x-qwen2.5-3b",
+    "search-shared-qwen2.5-7b",
+    "search-heterogeneous",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -128,7 +134,7 @@ def test_missing_search_dataset(capsys, tmp_path):
     p = plan_json(
         capsys,
         "--preset",
-        "search-qwen2.5-7b",
+        "search-shared-qwen2.5-7b",
         "--set",
         "env.kwargs.dataset=nq",
         "--set",
@@ -199,9 +205,13 @@ def test_fsdp_shards_the_state_but_not_the_activations():
     assert 59 < 16 * a.n_params() / GIB < 61  # docs/scaling.md: "64 GB per model"
 
 
-def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsys):
+def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsys, tmp_path):
     no_eval = ("--set", "eval.every=0", "--set", "eval.before_train=false")
-    p = plan_json(capsys, "--preset", "math-2x-qwen3-4b", "--set", "env.kwargs.dataset=null", *no_eval)
+    data = tmp_path / "problems.jsonl"  # a paper preset takes named data only: a small file of its own here
+    data.write_text(
+        "".join(json.dumps({"problem": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(8))
+    )
+    p = plan_json(capsys, "--preset", "math-2x-qwen3-4b", "--set", f"env.kwargs.dataset={data}", *no_eval)
     assert p["eval_dataset"] is None and p["train_dataset"]["size"] > 0
     assert p["prompt_tokens"]["status"].startswith("estimate") and p["prompt_tokens"]["per_agent"]
     assert all(r["unit"] == "tokens (estimate: characters / 4)" for r in p["prompt_tokens"]["per_agent"])

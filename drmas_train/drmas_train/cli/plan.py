@@ -1,7 +1,7 @@
 """`drmas-train plan`: what a run will cost, before any GPU (data, prompt lengths, engines, memory, time).
 
 drmas-train plan --preset math-2x-qwen3-4b
-drmas-train plan --preset search-qwen2.5-7b --set placement.gpu_memory_gib=139.8 --json
+drmas-train plan --preset search-shared-qwen2.5-7b --set placement.gpu_memory_gib=139.8 --json
 """
 
 from __future__ import annotations
