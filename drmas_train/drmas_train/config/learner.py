@@ -44,14 +44,14 @@ class PPOConfig:
     gradient does not depend on how it is cut into micro-batches or ranks. micro_token_mean (verl, the
     reference): a token-mean per micro-batch, averaged over the micro-batches (verl: divided by the
     accumulation steps, averaged over ranks): a token of a micro-batch of short replies weighs more than
-    one of long replies, and the gradient norm changes with the micro-batch size (docs/scaling.md,
+    one of long replies, and the gradient norm changes with the micro-batch size (docs/gpus.md,
     "Loss aggregation"). The paper presets use micro_token_mean."""
     old_logprobs: OldLogprobs = "recompute"
     """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
     forward: Forward = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
     prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
-    its speed-up on a replayed math-2agent batch: docs/scaling.md). Not in the reference (verl runs
+    its speed-up on a replayed math-2agent batch: docs/scaling_design.md). Not in the reference (verl runs
     every sequence whole)."""
     logits_chunk_mib: float = 128.0
     """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
