@@ -96,8 +96,11 @@ def _encode_resumable(model, texts: list[str], out: Path) -> int:
     return len(texts) - start
 
 
-def embed(work: Path) -> dict:
-    """Encode the real passages and the sentence pool (cached in `work`); returns timing facts."""
+def embed(work: Path, real_limit: int | None = None) -> dict:
+    """Encode the sentence pool and the real passages (cached in `work`); returns timing facts.
+
+    `real_limit`: encode at most this many real passages (the rest get sentence-mean vectors).
+    """
     from drmas_envs.search.retrievers.dense import _load_model, resolve_encoder
 
     real = _real_records()
@@ -107,7 +110,7 @@ def embed(work: Path) -> dict:
     facts = {}
     for name, texts in (
         ("pool", [s for _, s in pool]),
-        ("real", [f"{title}. {text}" if title else text for _, title, text in real]),
+        ("real", [f"{title}. {text}" if title else text for _, title, text in real[:real_limit]]),
     ):
         t = time.perf_counter()
         encoded = _encode_resumable(model, texts, work / f"{name}_vectors.npy")
@@ -117,19 +120,32 @@ def embed(work: Path) -> dict:
     return facts
 
 
+def encoded_real(work: Path) -> int:
+    """How many real passages have encoder vectors (the encoding may have been stopped part way)."""
+    done = work / "real_vectors.done"
+    return int(done.read_text()) if done.exists() else 0
+
+
 def write_vectors(work: Path, n: int, out: Path) -> None:
-    """The (n, 384) vectors in corpus order, from the cached encodings (chunked: memory stays small)."""
+    """The (n, 384) vectors in corpus order, from the cached encodings (chunked: memory stays small).
+
+    Real passages past those encoded (see `encoded_real`) get a filler-style vector: the mean of three
+    pool sentences (seed 2), like the filler passages.
+    """
     real = np.load(work / "real_vectors.npy", mmap_mode="r")
     pool = np.load(work / "pool_vectors.npy")
     n_real = min(n, len(real))
+    n_enc = min(n_real, encoded_real(work))
     choice = filler_choice(max(0, n - len(real)), len(pool))
+    rest = np.random.default_rng(2).integers(0, len(pool), size=(n_real - n_enc, SENTENCES_PER_FILLER))
     arr = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(n, real.shape[1]))
-    arr[:n_real] = real[:n_real]
-    for start in range(0, len(choice), 65_536):
-        rows = choice[start : start + 65_536]
-        mean = pool[rows].mean(axis=1)
-        mean /= np.linalg.norm(mean, axis=1, keepdims=True)
-        arr[n_real + start : n_real + start + len(rows)] = mean
+    arr[:n_enc] = real[:n_enc]
+    for first, rows_all in ((n_enc, rest), (n_real, choice)):
+        for start in range(0, len(rows_all), 65_536):
+            rows = rows_all[start : start + 65_536]
+            mean = pool[rows].mean(axis=1)
+            mean /= np.linalg.norm(mean, axis=1, keepdims=True)
+            arr[first + start : first + start + len(rows)] = mean
     arr.flush()
 
 

@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--pq-m", type=int, default=ivf.m, help="faiss IVF-PQ bytes per passage (0: dim / 4)")
     build.add_argument("--nprobe", type=int, default=ivf.nprobe, help="faiss IVF-PQ clusters searched per query")
     build.add_argument(
+        "--min-passages", type=int, default=ivf.min_passages, help="faiss: below this, an exact flat index is built"
+    )
+    build.add_argument(
         "--recall-queries",
         help="faiss: a JSONL of questions ('question' field) to measure recall@3 against exact search "
         "(default: noisy passage vectors)",
@@ -85,7 +88,7 @@ def _questions(path: str | None, limit: int = 1000) -> list[str] | None:
 
 def _build(args: argparse.Namespace) -> None:
     start = time.perf_counter()
-    ivfpq = IVFPQConfig(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe)
+    ivfpq = IVFPQConfig(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe, min_passages=args.min_passages)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(f"building {args.retriever} index of {args.corpus}", total=None)

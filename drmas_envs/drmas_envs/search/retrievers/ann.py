@@ -48,14 +48,17 @@ class IVFPQConfig:
     """Bits per sub-vector code; 8 is FAISS's fast path. Tiny corpora get fewer (a code needs 2**nbits samples)."""
     nprobe: int = 32
     """Clusters searched per query: recall against speed (measured in benchmarks/results/retrieval_scale.md)."""
-    train_size: int = 131_072
-    """Vectors sampled to train the clustering and quantiser (FAISS asks ~39 per cluster and 256 per code)."""
+    train_size: int = 0
+    """Vectors sampled to train the clustering and quantiser; 0: 64 per cluster, at least 16,384 (FAISS asks
+    39 to 256 per cluster, and 39 x 256 for the 8-bit codes). Training time grows with it."""
     chunk: int = 65_536
     """Vectors added per step: build memory grows with this, not with the corpus."""
     recall_queries: int = 256
     """Queries for the build-time recall check against exact search."""
     seed: int = 0
     """Sampling seed (training sample and recall queries)."""
+    min_passages: int = 10_000
+    """Below this many passages an exact flat index is built: compression saves too little to cost recall."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +76,17 @@ class BuildReport:
 
 
 def _shape(n: int, dim: int, cfg: IVFPQConfig) -> tuple[int, int, int]:
-    nlist = cfg.nlist or max(1, 2 ** round(math.log2(max(1.0, math.sqrt(n)))))
-    nlist = max(1, min(nlist, n // 39 or 1))
+    auto = max(1, min(2 ** round(math.log2(max(1.0, math.sqrt(n)))), n // 39 or 1))  # FAISS: >= 39 per cluster
+    nlist = max(1, min(cfg.nlist, n)) if cfg.nlist else auto
     m = cfg.m or max(1, dim // 4)
     while dim % m:  # PQ needs dim divisible by m
         m -= 1
-    nbits = max(1, min(cfg.nbits, int(math.log2(max(2, min(n, cfg.train_size))))))
+    nbits = max(1, min(cfg.nbits, int(math.log2(max(2, min(n, _train_size(nlist, cfg)))))))
     return nlist, m, nbits
+
+
+def _train_size(nlist: int, cfg: IVFPQConfig) -> int:
+    return cfg.train_size or max(64 * nlist, 16_384)
 
 
 def build_ivfpq(
@@ -94,7 +101,7 @@ def build_ivfpq(
     n, dim = vectors.shape
     nlist, m, nbits = _shape(n, dim, cfg)
     rng = np.random.default_rng(cfg.seed)
-    sample = np.sort(rng.choice(n, size=min(n, cfg.train_size), replace=False))
+    sample = np.sort(rng.choice(n, size=min(n, _train_size(nlist, cfg)), replace=False))
     train = np.ascontiguousarray(vectors[sample], dtype=np.float32)  # sorted: sequential reads of a memmap
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
@@ -137,16 +144,17 @@ def measure_recall(
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     _, exact = exact_top_k(queries, vectors, k)
     _, approx = index.search(queries, k)
-    faiss_index = _ivf(index)
-    shape = (faiss_index.nlist, faiss_index.pq.M, faiss_index.pq.nbits, faiss_index.nprobe) if faiss_index else (0,) * 4
+    ivf = _ivf(index)
+    pq = getattr(ivf, "pq", None)
+    shape = (ivf.nlist, pq.M if pq else 0, pq.nbits if pq else 0, ivf.nprobe) if ivf is not None else (0,) * 4
     return BuildReport(len(vectors), *shape, k=k, recall=recall_at_k(approx, exact), queries=f"{len(queries)} {kind}")
 
 
 def _ivf(index: Any) -> Any:
     faiss = import_faiss()
     try:
-        return faiss.extract_index_ivf(index)
-    except RuntimeError:  # a flat index: nothing to report
+        return faiss.downcast_index(faiss.extract_index_ivf(index))  # downcast: IndexIVFPQ, with its .pq
+    except RuntimeError:  # not an IVF index (flat): nothing to report
         return None
 
 

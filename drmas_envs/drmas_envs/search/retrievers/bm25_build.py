@@ -82,7 +82,7 @@ def _spill_counts(
 
 def _idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     """bm25s's Lucene idf, log(1 + (N - df + 0.5) / (df + 0.5)), float32; 0 for a term in no passage."""
-    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+    idf = np.log(1 + (n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)  # log(1 + x), as bm25s (not log1p)
     idf[df == 0] = 0.0
     return idf
 
@@ -109,8 +109,8 @@ def _scatter(
     np.save(out / INDPTR_FILE, indptr)
     idf = _idf(df, n_docs)
     avg_len = float(lengths.mean()) if n_docs else 1.0
-    # bm25s computes k1 * (1 - b + b * len / avg) in float64 per passage, then adds the float32 counts
-    norm = (k1 * ((1 - b) + b * lengths.astype(np.float64) / avg_len)).astype(np.float32)
+    # as bm25s: the length norm and the term-frequency part in float64, the weight rounded to float32
+    norm = k1 * ((1 - b) + b * lengths.astype(np.float64) / avg_len)
     cursor = indptr[:-1].copy()
     starts = np.concatenate([[0], np.cumsum(uniques, dtype=np.int64)])
     with open(scratch / "terms.bin", "rb") as terms_fh, open(scratch / "tfs.bin", "rb") as tfs_fh:
@@ -118,9 +118,9 @@ def _scatter(
             last = min(first + chunk, n_docs)
             count = int(starts[last] - starts[first])
             terms = np.fromfile(terms_fh, dtype=np.int32, count=count)
-            tfs = np.fromfile(tfs_fh, dtype=np.float32, count=count)
+            tfs = np.fromfile(tfs_fh, dtype=np.float32, count=count).astype(np.float64)
             docs = np.repeat(np.arange(first, last, dtype=np.int32), uniques[first:last])
-            weights = idf[terms] * (tfs / (norm[docs] + tfs))
+            weights = (idf[terms] * (tfs / (norm[docs] + tfs))).astype(np.float32)
             order = np.argsort(terms, kind="stable")  # stable: passages stay in order within a term
             terms, docs, weights = terms[order], docs[order], weights[order]
             cols, col_start, col_count = np.unique(terms, return_index=True, return_counts=True)

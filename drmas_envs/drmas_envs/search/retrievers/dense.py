@@ -9,6 +9,7 @@ sentence-transformers (and so torch) is imported only when a dense retriever is 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -62,7 +63,9 @@ def resolve_encoder(name: str = "minilm") -> EncoderSpec:
     return EncoderSpec(name)
 
 
+@functools.lru_cache(maxsize=4)
 def _load_model(model: str) -> Any:
+    """The encoder, loaded once per process (a service's retriever and a rebuilt one share it)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:  # pragma: no cover - depends on the installed extras

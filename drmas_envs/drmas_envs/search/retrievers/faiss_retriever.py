@@ -44,8 +44,6 @@ logger = logging.getLogger(__name__)
 INDEX_SUBDIR = "faiss"
 INDEX_FILE = "index.faiss"
 REPORT_FILE = "build_report.json"
-SMALL = 10_000
-"""Below this many passages a compressed index saves nothing worth its recall loss: build an exact flat one."""
 
 
 class FaissRetriever:
@@ -106,10 +104,10 @@ class FaissRetriever:
             vecs = load_vectors(vectors)
         check_count(len(vecs), store, str(vectors or "the encoded vectors"))
         cfg = config or IVFPQConfig()
-        if len(vecs) < SMALL:
+        if len(vecs) < cfg.min_passages:
             index = import_faiss().IndexFlatIP(vecs.shape[1])
             index.add(np.ascontiguousarray(vecs, dtype=np.float32))
-            logger.info("%d passages: an exact flat FAISS index (compression pays from %d)", len(vecs), SMALL)
+            logger.info("%d passages: an exact flat FAISS index (compressed from %d)", len(vecs), cfg.min_passages)
         else:
             index = build_ivfpq(vecs, cfg, progress=progress)
         queries = None
