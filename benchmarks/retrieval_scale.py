@@ -13,7 +13,8 @@ encoded with MiniLM, at several nprobe.
 
     python benchmarks/retrieval_scale.py [--n 1000000] [--seconds 60] [--work /tmp/drmas-retrieval-scale]
 
-Writes benchmarks/results/retrieval_scale.md and .json.
+Writes benchmarks/results/retrieval_scale.md and .json from every run kept in the work folder (one
+per --n and --kinds): each index kind is reported at the largest size it was measured at.
 """
 
 from __future__ import annotations
@@ -190,8 +191,11 @@ def main() -> None:
         if kind == "dense_compressed":
             results["recall"] = recall(out, vectors, args.recall_queries)
             print("recall", results["recall"], flush=True)
-    (work / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    write_report(results, ROOT / "benchmarks" / "results")
+    (work / f"results-n{args.n}-{'-'.join(results['kinds'])}.json").write_text(
+        json.dumps(results, indent=1, default=float)
+    )
+    runs = [json.loads(f.read_text()) for f in sorted(work.glob("results-n*.json"))]
+    write_report(runs, ROOT / "benchmarks" / "results")
 
 
 if __name__ == "__main__":
