@@ -175,7 +175,7 @@ def main() -> None:
     corpus, vectors = work / f"corpus-{args.n}.jsonl", work / f"vectors-{args.n}.npy"
     if not corpus.exists():
         results["n_real"] = write_corpus(corpus, args.n)
-    if not vectors.exists():
+    if not vectors.exists() and args.kinds != "bm25":
         write_vectors(work, args.n, vectors)
     results["kinds"] = {}
     for kind in args.kinds.split(","):
