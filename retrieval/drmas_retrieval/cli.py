@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from drmas_envs.data import iter_jsonl_numbered
 from drmas_envs.search.retrievers import build_index, load_index
-from drmas_envs.search.retrievers.ann import IVFPQConfig
+from drmas_envs.search.retrievers.ann import IVFPQConfig, import_faiss
 from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 from drmas_envs.search.retrievers.index import KINDS
 from drmas_retrieval.protocol import SERVERS, ServiceConfig
@@ -87,6 +87,8 @@ def _questions(path: str | None, limit: int = 1000) -> list[str] | None:
 
 
 def _build(args: argparse.Namespace) -> None:
+    if args.retriever == "faiss":
+        import_faiss()  # a missing extra fails here, before the corpus is read
     start = time.perf_counter()
     ivfpq = IVFPQConfig(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe, min_passages=args.min_passages)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -5,6 +5,7 @@ The fixture writes what the reference downloads for wiki-18, at toy size: `wiki-
 """
 
 import json
+import sys
 
 import faiss
 import numpy as np
@@ -91,3 +92,14 @@ def test_cli_builds_a_compressed_index_with_its_recall(reference_files, tmp_path
     report = FaissRetriever.report(out)
     assert report.queries == "2 encoded queries" and f"recall@3 against exact search: {report.recall:.3f}" in printed
     assert "nprobe 4" in printed
+
+
+def test_cli_without_the_faiss_extra_says_what_to_install(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # what an install without drmas-envs[faiss] looks like
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "0", "contents": '"A"\nx'}) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", "--corpus", str(corpus), "--retriever", "faiss", "--out", str(tmp_path / "idx")])
+    assert exit_info.value.code == 2
+    assert "pip install 'drmas-envs[faiss]'" in capsys.readouterr().out
+    assert not (tmp_path / "idx").exists()
