@@ -158,7 +158,9 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         + ", ".join(f" {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if k != "bm25")
         + ") is"
         " subtracted from their build peak. Serving RSS is read after the load run, so memory-mapped pages"
-        " the searches touched count (for exact dense: every vector, each batch scans them all). RSS also counts"
+        " the searches touched count (for exact dense: every vector, each batch scans them all; for all: the"
+        " passage store's pages read and the query encoder's working memory, fixed costs that per-million"
+        " figures from a smaller run overstate). RSS also counts"
         " file-backed pages of memory-mapped inputs and outputs (the streamed vectors, the BM25 arrays being"
         " written), which the kernel can drop under memory pressure: the build figures are upper bounds."
         " A dense_exact build only writes the passage store and references the vectors (shown as 0 when its"
@@ -180,7 +182,7 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
             f"At build time (`build_index` reports it; {br['queries']}): {br['recall']:.3f}.",
             "",
         ]
-    emb = first.get("embed", {})
+    emb = next((r["embed"] for r in runs if any(k.endswith("_per_s") for k in r.get("embed", {}))), {})
     if emb:
         lines += [
             "## Encoding cost",
