@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -52,14 +53,46 @@ def _vm(field: str) -> int:
     raise KeyError(field)
 
 
+class AnonPeak:
+    """The peak of RssAnon (memory the kernel cannot drop, unlike file-backed pages), sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        self.peak = _vm("RssAnon")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, _vm("RssAnon"))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, _vm("RssAnon"))
+
+
 def child_build(kind: str, corpus: str, vectors: str, out: str) -> None:
     """Build one index (in a fresh process, so peak RSS is this build's); prints a JSON line."""
     from drmas_envs.search.retrievers import build_index
+    from drmas_envs.search.retrievers.dense import _load_model, resolve_encoder
 
-    base = _vm("VmRSS")
+    if kind != "bm25":
+        _load_model(resolve_encoder("minilm").model)  # cached: the build reuses it, so it is in the baseline
+        import faiss  # noqa: F401
+    base, base_anon = _vm("VmRSS"), _vm("RssAnon")
+    anon = AnonPeak()
     start = time.perf_counter()
     build_index(corpus, KINDS[kind], out, vectors=vectors if kind != "bm25" else None)
-    print(json.dumps({"build_s": time.perf_counter() - start, "peak_rss": _vm("VmHWM"), "base_rss": base}))
+    took = time.perf_counter() - start
+    row = {
+        "build_s": took,
+        "peak_rss": _vm("VmHWM"),
+        "base_rss": base,
+        "peak_anon": anon.stop(),
+        "base_anon": base_anon,
+    }
+    print(json.dumps({**row, "encoder_in_base": kind != "bm25"}))
 
 
 def child_serve(kind: str, index: str, port: int, info: str) -> None:

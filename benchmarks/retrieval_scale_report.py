@@ -22,17 +22,21 @@ COMMAND = (
 )
 
 
-def encoder_bytes(results: dict) -> int:
-    """RSS of loading the encoder and faiss: a dense server's baseline minus BM25's (measured in this run).
+def encoder_bytes(row: dict, runs: list[dict]) -> int:
+    """RSS of loading the encoder and faiss: this dense server's baseline minus a BM25 server's.
 
     The dense builds load the encoder (the retriever they return holds it), so their peak RSS includes it;
     it does not grow with the corpus, so it is subtracted before dividing by millions of passages.
     """
-    kinds = results["kinds"]
-    dense = next((kinds[k] for k in ("dense_exact", "dense_compressed") if k in kinds), None)
-    if dense is None or "bm25" not in kinds:
-        return 0
-    return max(0, dense["serve_base_rss"] - kinds["bm25"]["serve_base_rss"])
+    bm25 = [r["kinds"]["bm25"]["serve_base_rss"] for r in runs if "bm25" in r["kinds"]]
+    return max(0, row["serve_base_rss"] - min(bm25)) if bm25 else 0
+
+
+def anon_per_million(row: dict, n: int) -> float | None:
+    """Build GiB per million passages of anonymous memory (RssAnon peak growth), if the run sampled it."""
+    if "peak_anon" not in row:
+        return None
+    return (row["peak_anon"] - row["base_anon"]) / GIB / (n / 1e6)
 
 
 def per_million(row: dict, n: int, encoder: int = 0) -> tuple[float, float]:
@@ -48,7 +52,8 @@ def merge(runs: list[dict]) -> dict:
     merged = {"kinds": {}, "runs": runs}
     for run in sorted(runs, key=lambda r: r["n"]):
         for kind, row in run["kinds"].items():
-            merged["kinds"][kind] = {**row, "n": run["n"], "encoder_bytes": encoder_bytes(run), "run": run}
+            enc = encoder_bytes(row, runs) if kind != "bm25" and not row.get("encoder_in_base") else 0
+            merged["kinds"][kind] = {**row, "n": run["n"], "encoder_bytes": enc}
         if "recall" in run:
             merged["recall"] = run["recall"]
     return merged
@@ -60,11 +65,14 @@ def summary(results: dict) -> dict:
     for kind, row in results["kinds"].items():
         n = row["n"]
         build, serve = per_million(row, n, row["encoder_bytes"] if kind != "bm25" else 0)
-        build = max(0.0, build)  # a dense build that only references its vectors grows by less than the noise
+        rss_build = max(0.0, build)  # a dense build that only references its vectors grows by less than the noise
+        anon = anon_per_million(row, n)
+        build = max(0.0, anon) if anon is not None else rss_build
         out[kind] = {
             "passages": n,
             "build_s": round(row["build_s"], 1),
             "build_gib_per_million": round(build, 3),
+            "build_rss_gib_per_million": round(rss_build, 3),
             "serve_gib_per_million": round(serve, 3),
             "qps": round(row["qps"], 1),
             "p99_ms": round(row["p99_ms"], 1),
@@ -87,14 +95,15 @@ def summary(results: dict) -> dict:
 
 def _table(results: dict, summ: dict) -> list[str]:
     lines = [
-        "| index | passages | build s | build GiB / 1M | serve GiB / 1M | on disk GiB | queries/s | p50 ms | p99 ms"
-        " | failures |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| index | passages | build s | build GiB / 1M | (with file pages) | serve GiB / 1M | on disk GiB | queries/s"
+        " | p50 ms | p99 ms | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, row in results["kinds"].items():
         s = summ[kind]
         lines.append(
             f"| {kind} | {s['passages']:,} | {s['build_s']:.0f} | {s['build_gib_per_million']:.2f} | "
+            f"{s['build_rss_gib_per_million']:.2f} | "
             f"{s['serve_gib_per_million']:.2f} | {row['disk_bytes'] / GIB:.2f} | {s['qps']:.1f} | "
             f"{row['p50_ms']:.0f} | {s['p99_ms']:.0f} | {row['failures']} of {row['requests'] + row['failures']} |"
         )
@@ -152,9 +161,13 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         f"{first['clients']} concurrent keep-alive clients, one query per request in Search-R1's format"
         f' (`{{"queries": [q], "topk": 3, "return_scores": true}}`), {first["seconds"]:g} s per index,'
         " query encoding included, stdlib server, client and server on the same 2 cores.",
-        "Memory per million: RSS growth over the process before the index was built / loaded (libraries in the"
-        " baseline), divided by millions of passages. The dense builds also load the encoder; its"
-        " RSS (a dense server's baseline minus BM25's, same run:"
+        "Build memory per million: the peak of anonymous memory (RssAnon, sampled every 50 ms: what the build"
+        " needs and the kernel cannot drop) over the process before the build, the encoder preloaded in that"
+        " baseline; '(with file pages)': VmHWM growth, which also counts pages of the memory-mapped files"
+        " read and written. Serve memory per million: RSS growth over the server before its index was loaded"
+        " (encoder and libraries in the baseline), divided by millions of passages. In runs that did not"
+        " sample RssAnon, the dense builds loaded the encoder after the baseline; its"
+        " RSS (that dense server's baseline minus a BM25 server's:"
         + ", ".join(f" {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if k != "bm25")
         + ") is"
         " subtracted from their build peak. Serving RSS is read after the load run, so memory-mapped pages"
