@@ -168,7 +168,9 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         " (encoder and libraries in the baseline), divided by millions of passages. In runs that did not"
         " sample RssAnon, the dense builds loaded the encoder after the baseline; its"
         " RSS (that dense server's baseline minus a BM25 server's:"
-        + ", ".join(f" {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if k != "bm25")
+        + ",".join(
+            f" {k} {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if r["encoder_bytes"]
+        )
         + ") is"
         " subtracted from their build peak. Serving RSS is read after the load run, so memory-mapped pages"
         " the searches touched count (for exact dense: every vector, each batch scans them all; for all: the"
@@ -213,7 +215,9 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         "Per-million figures x 21.0; dense kinds add e5's extra bytes per passage (float32: +1,536 B exact;"
         " PQ codes at dim / 4: +96 B compressed). Build time is linear in passages here; IVF-PQ's coarse"
         " assignment also grows with nlist (4,096 at 21M vs 1,024 at 1M) and dimension, so read it as a lower"
-        " bound. The e5 encoding of 21M passages is not included: the reference's index file provides the vectors.",
+        " bound. Build memory is scaled linearly too, though part of it is fixed (IVF-PQ: the training sample and"
+        " one chunk of vectors; BM25: one chunk of tokens), so those figures overstate. The e5 encoding of 21M"
+        " passages is not included: the reference's index file provides the vectors.",
         "",
         *_projection(summ),
         "",
