@@ -1,6 +1,7 @@
 """`drmas-retrieval`: build an index of a corpus, and serve it over HTTP.
 
 drmas-retrieval build --corpus wiki.jsonl.gz --retriever bm25 --out idx/
+drmas-retrieval build --corpus wiki-18.jsonl --retriever faiss --vectors e5_Flat.index --encoder e5 --out idx/
 drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000] [--server stdlib|asgi]
 """
 
@@ -14,8 +15,13 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from drmas_envs.data import iter_jsonl_numbered
 from drmas_envs.search.retrievers import build_index, load_index
+from drmas_envs.search.retrievers.ann import IVFPQConfig, import_faiss
+from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
+from drmas_envs.search.retrievers.index import KINDS
 from drmas_retrieval.protocol import SERVERS, ServiceConfig
 from drmas_retrieval.server import make_server
 
@@ -27,11 +33,35 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build an index folder from a JSONL(.gz) corpus")
     build.add_argument("--corpus", required=True, help="JSONL or JSONL.gz: id, title, text (or Search-R1 contents)")
-    build.add_argument("--retriever", choices=("bm25", "dense"), default="bm25")
+    build.add_argument(
+        "--retriever",
+        choices=KINDS,
+        default="bm25",
+        help="bm25; dense (exact search over vectors); faiss (a FAISS index: compressed IVF-PQ, or --faiss-index)",
+    )
     build.add_argument("--encoder", default="minilm", help="dense encoder: minilm, e5, a path or a hub id")
     build.add_argument("--out", required=True, help="the index folder to create")
+    build.add_argument(
+        "--vectors",
+        help="dense/faiss: the passages' vectors (.npy, or a flat FAISS file such as e5_Flat.index), read in "
+        "place and streamed, instead of encoding the corpus",
+    )
+    build.add_argument("--faiss-index", help="faiss: serve this FAISS file as is (read whole into memory)")
+    ivf = IVFPQConfig()
+    build.add_argument("--nlist", type=int, default=ivf.nlist, help="faiss IVF-PQ clusters (0: ~sqrt(passages))")
+    build.add_argument("--pq-m", type=int, default=ivf.m, help="faiss IVF-PQ bytes per passage (0: dim / 4)")
+    build.add_argument("--nprobe", type=int, default=ivf.nprobe, help="faiss IVF-PQ clusters searched per query")
+    build.add_argument(
+        "--min-passages", type=int, default=ivf.min_passages, help="faiss: below this, an exact flat index is built"
+    )
+    build.add_argument(
+        "--recall-queries",
+        help="faiss: a JSONL of questions ('question' field) to measure recall@3 against exact search "
+        "(default: noisy passage vectors)",
+    )
     serve = sub.add_parser("serve", help="serve an index folder: POST /retrieve, GET /health")
     serve.add_argument("--index", required=True, help="a folder written by `build`")
+    serve.add_argument("--nprobe", type=int, help="faiss IVF indexes: clusters searched per query (default: built)")
     defaults = ServiceConfig()
     serve.add_argument("--host", default=defaults.host, help="bind address (default: loopback only)")
     serve.add_argument("--port", type=int, default=defaults.port)
@@ -49,11 +79,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _questions(path: str | None, limit: int = 1000) -> list[str] | None:
+    if not path:
+        return None
+    items = (item for _, item in iter_jsonl_numbered(path, required=("question",)))
+    return [str(item["question"]) for _, item in zip(range(limit), items)]
+
+
 def _build(args: argparse.Namespace) -> None:
+    if args.retriever == "faiss":
+        import_faiss()  # a missing extra fails here, before the corpus is read
     start = time.perf_counter()
-    with console.status(f"building {args.retriever} index of {args.corpus}"):
-        out = build_index(args.corpus, args.retriever, args.out, encoder=args.encoder)
+    ivfpq = IVFPQConfig(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe, min_passages=args.min_passages)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(f"building {args.retriever} index of {args.corpus}", total=None)
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            bar.update(task, description=f"{args.retriever}: {stage}", completed=done, total=total)
+
+        out = build_index(
+            args.corpus,
+            args.retriever,
+            args.out,
+            encoder=args.encoder,
+            vectors=args.vectors,
+            faiss_index=args.faiss_index,
+            ivfpq=ivfpq,
+            recall_queries=_questions(args.recall_queries),
+            progress=progress,
+        )
     console.print(f"[green]built[/] {out} in {time.perf_counter() - start:.1f} s")
+    report = FaissRetriever.report(out) if args.retriever == "faiss" else None
+    if report is not None:
+        console.print(
+            f"recall@{report.k} against exact search: [bold]{report.recall:.3f}[/] ({report.queries}; "
+            f"nlist {report.nlist}, {report.m} bytes per passage, nprobe {report.nprobe})"
+        )
 
 
 def _check_extra(server: str) -> None:
@@ -70,7 +132,7 @@ def _check_extra(server: str) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     _check_extra(args.server)
-    retriever = load_index(args.index)
+    retriever = load_index(args.index, nprobe=args.nprobe)
     config = ServiceConfig(
         host=args.host,
         port=args.port,
@@ -102,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _build(args)
         else:
             _serve(args)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ImportError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")  # escaped: "[asgi]" is not markup
         raise SystemExit(2) from None
 

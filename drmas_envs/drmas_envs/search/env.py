@@ -43,7 +43,8 @@ class SearchConfig:
     corpus: str | None = None
     """A JSONL(.gz) corpus; default: the world's own, or the data directory's Wikipedia passages for known names."""
     retriever: str = "bm25"
-    """"bm25" (in-process), "dense" (sentence-transformers, needs drmas-envs[dense]) or a service URL."""
+    """"bm25" (in-process), "dense" (sentence-transformers, needs drmas-envs[dense]), "faiss" (dense through a
+    FAISS IVF-PQ index, also drmas-envs[faiss]) or a service URL (the paper's wiki-18: docs/retrieval.md)."""
     encoder: str = "minilm"
     """Dense encoder: "minilm" (offline copy if installed), "e5" (intfloat/e5-base-v2, as in the paper), a path."""
     index_dir: str | None = None

@@ -18,6 +18,7 @@ import numpy as np
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from drmas_envs.search.retrievers.base import Passage
+from drmas_envs.search.retrievers.bm25_build import Progress, build_bm25_files
 from drmas_envs.search.retrievers.store import PassageStore
 
 logger = logging.getLogger(__name__)
@@ -84,8 +85,20 @@ class BM25Retriever:
         index.index(tokens, show_progress=False)
         return cls(index, store)
 
+    @classmethod
+    def build_on_disk(
+        cls, store: PassageStore, directory: str | os.PathLike, *, progress: Progress | None = None
+    ) -> BM25Retriever:
+        """Index `store` straight into `directory`/bm25 in streamed chunks (memory bounded by the index,
+        not the corpus), then memory-map it; `save` is then not needed.
+        """
+        build_bm25_files(store, Path(directory) / INDEX_SUBDIR, tokenize, progress=progress)
+        return cls.load(directory, store)
+
     def save(self, directory: str | os.PathLike) -> None:
         """Write the index under `directory`/bm25 (the store is saved by the caller)."""
+        if Path(directory, INDEX_SUBDIR, "params.index.json").is_file():
+            return  # built there by `build_on_disk`
         self.index.save(Path(directory) / INDEX_SUBDIR, show_progress=False)
 
     @classmethod

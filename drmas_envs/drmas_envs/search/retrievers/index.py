@@ -15,18 +15,23 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from drmas_envs.search.retrievers.ann import IVFPQConfig
 from drmas_envs.search.retrievers.base import Retriever
 from drmas_envs.search.retrievers.bm25 import BM25Retriever
+from drmas_envs.search.retrievers.bm25_build import Progress
 from drmas_envs.search.retrievers.http import HTTPRetriever
 from drmas_envs.search.retrievers.store import DiskStore, MemoryStore, Record, iter_corpus
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("bm25", "dense")
-FORMATS = {"bm25": 2, "dense": 1}
+KINDS = ("bm25", "dense", "faiss")
+FORMATS = {"bm25": 2, "dense": 1, "faiss": 1}
 """Index format versions; a change makes cached indexes rebuild (bm25 2: the NLTK stopword list)."""
+DENSE_KINDS = ("dense", "faiss")
 CACHE_ENV = "DRMAS_CACHE_DIR"
 """Environment variable naming the directory where indexes of corpus files are cached."""
 
@@ -41,7 +46,7 @@ def default_index_dir(corpus: str | os.PathLike, kind: str, encoder: str = "mini
     _check_kind(kind)
     path = Path(corpus).resolve()
     st = path.stat()
-    key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{kind}|{encoder if kind == 'dense' else ''}|{FORMATS[kind]}"
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{kind}|{encoder if kind in DENSE_KINDS else ''}|{FORMATS[kind]}"
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return cache_root() / "indexes" / f"{path.name.split('.')[0]}-{kind}-{digest}"
 
@@ -54,6 +59,8 @@ def _check_kind(kind: str) -> None:
 def build_in_memory(records: list[Record], kind: str, *, encoder: str = "minilm") -> Retriever:
     """A retriever over passages held in memory (nothing written)."""
     _check_kind(kind)
+    if kind == "faiss":
+        raise ValueError("a FAISS index is built into a folder: use build_index (or retriever='dense' in memory)")
     store = MemoryStore(records)
     if kind == "bm25":
         return BM25Retriever.build(store)
@@ -62,29 +69,69 @@ def build_in_memory(records: list[Record], kind: str, *, encoder: str = "minilm"
     return DenseRetriever.build(store, encoder=encoder)
 
 
-def build_index(corpus: str | os.PathLike, kind: str, out: str | os.PathLike, *, encoder: str = "minilm") -> Path:
+def _build_kind(kind: str, store: DiskStore, tmp: Path, encoder: str, progress: Progress | None, **options: Any) -> Any:
+    if kind == "bm25":
+        return BM25Retriever.build_on_disk(store, tmp, progress=progress)
+    if kind == "dense":
+        from drmas_envs.search.retrievers.dense import DenseRetriever
+
+        return DenseRetriever.build_on_disk(
+            store, tmp, encoder=encoder, vectors=options.get("vectors"), progress=progress
+        )
+    from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
+
+    return FaissRetriever.build_on_disk(store, tmp, encoder=encoder, progress=progress, **options)
+
+
+def build_index(
+    corpus: str | os.PathLike,
+    kind: str,
+    out: str | os.PathLike,
+    *,
+    encoder: str = "minilm",
+    vectors: str | os.PathLike | None = None,
+    faiss_index: str | os.PathLike | None = None,
+    ivfpq: IVFPQConfig | None = None,
+    recall_queries: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Path:
     """Build the index of a JSONL(.gz) corpus into `out`; written to a temp folder and renamed into place.
+
+    Args:
+        corpus: JSONL(.gz) passages (`id`, `title`, `text`, or Search-R1's `contents`), in vector order.
+        kind: "bm25", "dense" (exact search over vectors) or "faiss" (a FAISS index).
+        out: the index folder.
+        encoder: the dense encoder ("minilm", "e5", a path or a hub id); "e5" for the reference's vectors.
+        vectors: dense/faiss: existing vectors (`.npy` or a flat FAISS file), used instead of encoding.
+        faiss_index: faiss: an existing FAISS file served as is (e.g. e5_Flat.index; not copied).
+        ivfpq: faiss: the compressed index's build settings.
+        recall_queries: faiss: questions to measure the compressed index's recall against exact search.
+        progress: progress(stage, done, total), for a progress bar.
 
     Returns:
         `out`. If another process finished the same folder first, its index is kept.
 
     """
     _check_kind(kind)
+    if kind == "bm25" and (vectors or faiss_index):
+        raise ValueError("vectors / faiss_index are for the dense and faiss retrievers, not bm25")
+    if kind == "dense" and faiss_index:
+        raise ValueError("to serve a FAISS file as is use retriever 'faiss'; 'dense' takes it as vectors=")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         start = time.perf_counter()
-        n = DiskStore.write(iter_corpus(corpus), tmp)
+        n = DiskStore.write(_counted(iter_corpus(corpus), progress), tmp)
         store = DiskStore(tmp)
-        if kind == "bm25":
-            retriever = BM25Retriever.build(store)
-        else:
-            from drmas_envs.search.retrievers.dense import DenseRetriever
-
-            retriever = DenseRetriever.build(store, encoder=encoder)
+        options: dict[str, Any] = {"vectors": vectors}
+        if kind == "faiss":
+            options.update(faiss_index=faiss_index, config=ivfpq, recall_queries=recall_queries)
+        retriever = _build_kind(kind, store, tmp, encoder, progress, **options)
         retriever.save(tmp)
+        del retriever, store  # release the memory maps before the folder is renamed
         meta = {"format": FORMATS[kind], "retriever": kind, "n_passages": n, "corpus": str(corpus), "encoder": encoder}
+        meta.update({k: str(v) for k, v in (("vectors", vectors), ("faiss_index", faiss_index)) if v})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         logger.info("built %s index of %d passages in %.1f s", kind, n, time.perf_counter() - start)
         try:
@@ -99,8 +146,21 @@ def build_index(corpus: str | os.PathLike, kind: str, out: str | os.PathLike, *,
     return out
 
 
-def load_index(directory: str | os.PathLike) -> Retriever:
-    """Load an index folder written by `build_index` (memory-mapped)."""
+def _counted(records: Iterator[Record], progress: Progress | None) -> Iterator[Record]:
+    for i, rec in enumerate(records, 1):
+        if progress and i % 50_000 == 0:
+            progress("reading corpus", i, None)
+        yield rec
+
+
+def load_index(directory: str | os.PathLike, *, nprobe: int | None = None) -> Retriever:
+    """Load an index folder written by `build_index` (memory-mapped; a FAISS index is read whole).
+
+    Args:
+        directory: the index folder.
+        nprobe: faiss IVF indexes: clusters searched per query (default: the one it was built with).
+
+    """
     directory = Path(directory)
     meta_file = directory / "meta.json"
     if not meta_file.is_file():
@@ -116,6 +176,10 @@ def load_index(directory: str | os.PathLike) -> Retriever:
     store = DiskStore(directory)
     if kind == "bm25":
         return BM25Retriever.load(directory, store)
+    if kind == "faiss":
+        from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
+
+        return FaissRetriever.load(directory, store, nprobe=nprobe)
     from drmas_envs.search.retrievers.dense import DenseRetriever
 
     return DenseRetriever.load(directory, store)
@@ -133,7 +197,7 @@ def get_retriever(
     """A retriever by spec, cached: repeated calls with the same arguments return the same object.
 
     Args:
-        spec: "bm25", "dense", or a service URL "http://host:port".
+        spec: "bm25", "dense", "faiss" (compressed IVF-PQ from 10,000 passages), or a service URL "http://host:port".
         corpus: a JSONL(.gz) corpus file (ignored for URLs).
         index_dir: where the corpus's index lives or is built; default: a folder under `cache_root()`.
         encoder: the dense encoder ("minilm", "e5", a path or a hub id).
