@@ -1,4 +1,8 @@
-"""Retrieval at scale, small: the streamed BM25 build, vectors read in place, chunked exact search, IVF-PQ."""
+"""Retrieval at scale, small: the streamed BM25 build, vectors read in place, chunked exact search, IVF-PQ.
+
+In tests/retrieval (with the service tests) because it needs the `faiss` extra, which the env tests at
+drmas-envs' dependency floors (scripts/test_lowest_envs.sh) do not install.
+"""
 
 import json
 import sys
