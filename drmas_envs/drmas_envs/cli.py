@@ -3,9 +3,10 @@
     drmas-envs list
     drmas-envs eval --env math-2agent --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --k 16
 
-`eval` prints avg@k and pass@k overall and per data source (or JSON with `--json`). Per-agent
-sampling: `--agent verifier:temperature=0,max_tokens=64` (repeatable). Env arguments that have no
-flag of their own: `--env-arg key=value` (repeatable; values are read as JSON when they parse).
+`eval` prints avg@k and pass@k overall and per data source (or one JSON object with `--json`); its
+evaluation flags (`add_eval_arguments`) are `drmas-train eval`'s too. Per-agent sampling:
+`--agent verifier:temperature=0,max_tokens=64` (repeatable). Env arguments that have no flag of their
+own: `--env-arg key=value` (repeatable; values are read as JSON when they parse).
 Exit status: 0 done, 1 the server (or the data, or writing --output) failed, 2 bad arguments.
 """
 
@@ -105,9 +106,18 @@ def add_eval_arguments(
     add("--top-p", float, "nucleus sampling mass (paper: 0.95)")
     add("--max-new-tokens", int, "longest reply in tokens")
     p.add_argument("--max-tokens", type=int, dest="max_new_tokens", action=DeprecatedAlias, new="--max-new-tokens")
-    p.add_argument("--stop", action="append", default=None, metavar="STRING", help="a string that ends a reply")
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="a string that ends a reply (repeatable)"
+    )
     add("--batch-episodes", int, "episodes stepped in lock-step at once")
-    p.add_argument("--env-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE", help="env kwarg")
+    p.add_argument(
+        "--env-arg",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env kwarg (repeatable; a JSON value or text)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object instead of a table")
     p.add_argument("--output", default=None, help="also write the result as JSON to this file")
 

@@ -33,7 +33,13 @@ _FROM_RUN = "the run's, or the preset's"
 
 def eval_parser() -> argparse.ArgumentParser:
     """The argument parser of `drmas-train eval`; its evaluation flags are `drmas-envs eval`'s."""
-    p = argparse.ArgumentParser(prog="drmas-train eval", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="drmas-train eval",
+        description=__doc__.split("\n\n")[0],
+        epilog="An unset flag takes the run's config.yaml value (--checkpoint) or the preset's (--model): with "
+        "no flags a checkpoint is evaluated exactly as its run validated it. --env-arg options add to the "
+        "held-out set's. Exit status: 1 a data, model or checkpoint error, 2 an unknown env.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", default=None, help="runs/<run>/checkpoints/step-N, or a run dir (its latest)")
     src.add_argument("--model", default=None, help="HF id, local folder or tiny name, for every agent")
