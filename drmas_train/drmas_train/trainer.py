@@ -54,11 +54,12 @@ from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
 from drmas_train.validation import (
     agent_sampling,
+    evaluate_team,
     held_out_kwargs,
     make_eval_envs,
+    metrics_row,
     prompt_options,
     team_env_kwargs,
-    validate,
 )
 from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
 
@@ -262,9 +263,10 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""
         t0 = time.perf_counter()
-        row = validate(
+        result = evaluate_team(
             self.eval_envs, self.serving, self.sampling, self.cfg.eval, **prompt_options(self.cfg, self.agents)
         )
+        row = metrics_row(result)
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))
         return row

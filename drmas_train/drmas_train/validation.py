@@ -14,7 +14,7 @@ Protocol (`EvalConfig`; defaults: the paper's sampled evaluation, scaled down fo
   right. avg@1 counts only well-formed right answers; answer_acc tells how much of a change is skill
   rather than format.
 - Metrics: `drmas_envs.evaluate.summarise`, as every evaluation in the project (`drmas-train eval`,
-  `drmas-envs eval`); `evaluate_team` returns them in its shape, `validate` as the `val/*` row.
+  `drmas-envs eval`); `evaluate_team` returns them in its shape, `metrics_row` as the `val/*` row.
 - Every pass goes through the training rollout (the same engines, chat template and per-agent
   response caps) with a fixed sampling seed, so two validations differ only by the weights.
 """
@@ -78,7 +78,7 @@ def agent_sampling(cfg: TrainConfig, agent: str) -> SamplingParams:
 
 
 def prompt_options(cfg: TrainConfig, agents: Sequence[str]) -> dict[str, Any]:
-    """How the run builds prompts (`validate`'s keyword arguments): the cap, the cut side, template variables."""
+    """How the run builds prompts (`evaluate_team`'s keyword arguments): the cap, the cut side, template variables."""
     return {
         "max_prompt_tokens": cfg.rollout.max_prompt_tokens,
         "template_kwargs": {a: cfg.template_kwargs(a) for a in agents},
@@ -212,29 +212,6 @@ def metrics_row(result: Mapping[str, Any]) -> dict[str, float]:
             row["val/answer_acc"] = result["greedy"]["answer_acc"]
     row["val/n_problems"] = float(result["n_problems"])
     return row
-
-
-def validate(
-    envs: Sequence[Any],
-    serving: Mapping[str, Policy],
-    sampling: Mapping[str, SamplingParams],
-    cfg: EvalConfig,
-    *,
-    max_prompt_tokens: int,
-    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    truncation: str = "middle",
-) -> dict[str, float]:
-    """Run the validation protocol (`evaluate_team`) and return its `val/*` metrics (`metrics_row`)."""
-    result = evaluate_team(
-        envs,
-        serving,
-        sampling,
-        cfg,
-        max_prompt_tokens=max_prompt_tokens,
-        template_kwargs=template_kwargs,
-        truncation=truncation,
-    )
-    return metrics_row(result)
 
 
 def make_eval_envs(env_id: str, env_kwargs: Mapping[str, Any], cfg: EvalConfig) -> list[Any]:

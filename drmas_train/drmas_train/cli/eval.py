@@ -149,16 +149,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     The result's "metrics" are the `val/*` row the trainer logs to metrics.jsonl, for comparison.
     """
     import drmas_envs
+    from drmas_train import validation
     from drmas_train.policy_ops import seed_everything
-    from drmas_train.validation import (
-        agent_sampling,
-        evaluate_team,
-        held_out_kwargs,
-        make_eval_envs,
-        metrics_row,
-        prompt_options,
-        team_env_kwargs,
-    )
 
     cfg, folder = eval_config(args)
     if cfg.threads > 0:
@@ -168,21 +160,21 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     seed_everything(cfg.seed)
     probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
     agents = list(probe.possible_agents)
-    env_kwargs = team_env_kwargs(cfg, probe)
-    envs = make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
+    env_kwargs = validation.team_env_kwargs(cfg, probe)
+    envs = validation.make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
     serving = build_team(cfg, agents, folder)
-    sampling = {a: agent_sampling(cfg, a) for a in agents}
-    result = evaluate_team(envs, serving, sampling, cfg.eval, **prompt_options(cfg, agents))
+    sampling = {a: validation.agent_sampling(cfg, a) for a in agents}
+    result = validation.evaluate_team(envs, serving, sampling, cfg.eval, **validation.prompt_options(cfg, agents))
     e = cfg.eval
     return {
         "env": cfg.env.id,
         "source": str(folder if folder is not None else cfg.models.name),
-        "env_kwargs": held_out_kwargs(env_kwargs, e),
+        "env_kwargs": validation.held_out_kwargs(env_kwargs, e),
         "temperature": e.temperature,
         "top_p": e.top_p,
         "seed": e.seed,
         **result,
-        "metrics": metrics_row(result),
+        "metrics": validation.metrics_row(result),
     }
 
 
