@@ -201,9 +201,7 @@ class Trainer:
             self.serving,
             self.sampling,
             seed=cfg.seed * 100_003 + self.step,
-            max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-            template_kwargs={a: cfg.template_kwargs(a) for a in self.agents},
-            truncation=cfg.rollout.truncation,
+            **prompt_options(cfg, self.agents),  # validation builds its prompts the same way
         )
         t_rollout = time.perf_counter() - t0
         adv_stats = self._advantages(batch)

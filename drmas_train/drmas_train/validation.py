@@ -78,7 +78,7 @@ def agent_sampling(cfg: TrainConfig, agent: str) -> SamplingParams:
 
 
 def prompt_options(cfg: TrainConfig, agents: Sequence[str]) -> dict[str, Any]:
-    """How the run builds prompts (`evaluate_team`'s keyword arguments): the cap, the cut side, template variables."""
+    """How the run builds prompts (keyword arguments of `rollout` and `evaluate_team`): cap, cut side, template."""
     return {
         "max_prompt_tokens": cfg.rollout.max_prompt_tokens,
         "template_kwargs": {a: cfg.template_kwargs(a) for a in agents},
