@@ -3,9 +3,10 @@
     drmas-envs list
     drmas-envs eval --env math-2agent --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --k 16
 
-`eval` prints avg@k and pass@k overall and per data source (or JSON with `--json`). Per-agent
-sampling: `--agent verifier:temperature=0,max_tokens=64` (repeatable). Env arguments that have no
-flag of their own: `--env-arg key=value` (repeatable; values are read as JSON when they parse).
+`eval` prints avg@k and pass@k overall and per data source (or one JSON object with `--json`); its
+evaluation flags (`add_eval_arguments`) are `drmas-train eval`'s too. Per-agent sampling:
+`--agent verifier:temperature=0,max_tokens=64` (repeatable). Env arguments that have no flag of their
+own: `--env-arg key=value` (repeatable; values are read as JSON when they parse).
 Exit status: 0 done, 1 the server (or the data, or writing --output) failed, 2 bad arguments.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from drmas_envs.data import DataError
-from drmas_envs.evaluate import evaluate
+from drmas_envs.evaluate import evaluate, result_table
 from drmas_envs.openai_policy import ChatSampling, OpenAIChatPolicy, OpenAIPolicyError
 from drmas_envs.registry import list_envs
 
@@ -52,6 +53,75 @@ def _agent_sampling(text: str) -> tuple[str, dict[str, Any]]:
     return agent.strip(), settings
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: sets the new flag's value and says so on stderr."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        print(f"{parser.prog}: {option} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+EVAL_DEFAULTS: dict[str, Any] = {
+    "k": 16,
+    "n_problems": None,
+    "seed": 0,
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "max_new_tokens": 1024,
+    "batch_episodes": 256,
+}
+"""The defaults of `drmas-envs eval`'s protocol flags: the paper's sampled evaluation (k 16, T 0.6, top-p 0.95)."""
+
+
+def add_eval_arguments(
+    p: argparse.ArgumentParser, defaults: dict[str, Any] | None = None, *, unset: str = "all"
+) -> None:
+    """The evaluation flags `drmas-envs eval` and `drmas-train eval` share, with the same names.
+
+    Args:
+        p: the parser to add them to.
+        defaults: flag dest -> default (`EVAL_DEFAULTS` when None); a None default leaves the flag unset.
+        unset: what an unset flag means, shown in its help (e.g. "the run's").
+
+    """
+    d = EVAL_DEFAULTS if defaults is None else defaults
+
+    def add(flag: str, kind: type, text: str) -> None:
+        dest = flag[2:].replace("-", "_")
+        shown = d[dest] if d[dest] is not None else unset
+        p.add_argument(flag, type=kind, default=d[dest], help=f"{text} (default: {shown})")
+
+    add("--k", int, "episodes per problem: avg@k and pass@k")
+    add("--n-problems", int, "the first N problems in the seed's order")
+    p.add_argument("--dataset", default=None, help="a known dataset name or a JSONL path (the env's default if unset)")
+    p.add_argument("--split", default=None, help="dataset split")
+    add("--seed", int, "problem order and sampling seed")
+    add("--temperature", float, "sampling temperature, 0 greedy (paper: 0.6)")
+    add("--top-p", float, "nucleus sampling mass (paper: 0.95)")
+    add("--max-new-tokens", int, "longest reply in tokens")
+    p.add_argument("--max-tokens", type=int, dest="max_new_tokens", action=DeprecatedAlias, new="--max-new-tokens")
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="a string that ends a reply (repeatable)"
+    )
+    add("--batch-episodes", int, "episodes stepped in lock-step at once")
+    p.add_argument(
+        "--env-arg",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env kwarg (repeatable; a JSON value or text)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object instead of a table")
+    p.add_argument("--output", default=None, help="also write the result as JSON to this file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `drmas-envs`."""
     parser = argparse.ArgumentParser(prog="drmas-envs", description=__doc__.split("\n\n")[0])
@@ -61,14 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--env", required=True, help="env id, e.g. math-2agent")
     ev.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="API root of the server")
     ev.add_argument("--model", required=True, help="the served model name")
-    ev.add_argument("--k", type=int, default=16, help="episodes per problem")
-    ev.add_argument("--n-problems", type=int, default=None, help="evaluate only the first N problems (seed's order)")
-    ev.add_argument("--dataset", default=None, help="a known dataset name or a JSONL path (the env's default if unset)")
-    ev.add_argument("--split", default=None, help="dataset split")
-    ev.add_argument("--seed", type=int, default=0, help="problem order; also the first request seed")
-    ev.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0: greedy; paper: 0.6)")
-    ev.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (paper: 0.95)")
-    ev.add_argument("--max-tokens", type=int, default=1024, help="longest reply in tokens")
+    add_eval_arguments(ev)
     ev.add_argument(
         "--agent",
         type=_agent_sampling,
@@ -77,28 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AGENT:KEY=VALUE[,...]",
         help=f"per-agent sampling override; keys: {', '.join(sorted(_SAMPLING_KEYS))}",
     )
-    ev.add_argument("--env-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE", help="env kwarg")
     ev.add_argument("--concurrency", type=int, default=16, help="requests in flight at once")
-    ev.add_argument("--batch-episodes", type=int, default=256, help="episodes stepped in lock-step at once")
     ev.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one response")
     ev.add_argument("--retries", type=int, default=3, help="retries of a failed request (errors 408/429/5xx, timeouts)")
     ev.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
-    ev.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
-    ev.add_argument("--output", default=None, help="also write the result as JSON to this file")
     return parser
 
 
-def _table(result: dict[str, Any], k: int) -> str:
-    rows = [("all", result)] + list(result["by_source"].items())
-    width = max(len(name) for name, _ in rows)
-    lines = [f"{'source':<{width}}  {'problems':>8}  {f'avg@{k}':>8}  {f'pass@{k}':>8}"]
-    for name, r in rows:
-        lines.append(f"{name:<{width}}  {r['n_problems']:>8}  {r[f'avg@{k}']:>8.4f}  {r[f'pass@{k}']:>8.4f}")
-    return "\n".join(lines)
-
-
 def _eval(args: argparse.Namespace) -> int:
-    base = ChatSampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    base = ChatSampling(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens, stop=tuple(args.stop or ())
+    )
     per_agent = {agent: replace(base, **settings) for agent, settings in args.agent}
     env_kwargs = dict(args.env_arg)
     if args.dataset is not None:
@@ -144,7 +196,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(f"{args.env} | {args.model} @ {args.base_url} | k={args.k} | {elapsed:.1f} s")
-        print(_table(result, args.k))
+        print(result_table(result, args.k))
     return 0
 
 

@@ -45,18 +45,23 @@ import torch
 
 import drmas_envs
 from drmas_train import advantages as adv_mod
-from drmas_train.backends import resolve_backend
-from drmas_train.backends.base import SamplingParams
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config, steps_for_epochs
 from drmas_train.group_stats import GroupWarnings, group_stats
 from drmas_train.metrics import step_metrics
-from drmas_train.models.assignment import agent_to_policy, pick_device
-from drmas_train.models.engine import resolve_gen_dtype
+from drmas_train.models.assignment import agent_to_policy, resolve_engine
 from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
-from drmas_train.validation import held_out_kwargs, make_eval_envs, validate
+from drmas_train.validation import (
+    agent_sampling,
+    evaluate_team,
+    held_out_kwargs,
+    make_eval_envs,
+    metrics_row,
+    prompt_options,
+    team_env_kwargs,
+)
 from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
 
 log = logging.getLogger(__name__)
@@ -96,7 +101,7 @@ class Trainer:
         unknown = set(cfg.agents) - set(self.agents)
         if unknown:
             raise ValueError(f"agents section names unknown agents {sorted(unknown)}; env agents: {self.agents}")
-        self.env_kwargs = self._env_kwargs(probe)
+        self.env_kwargs = team_env_kwargs(cfg, probe)
         # The held-out data too is found (or its absence reported) before any model loads.
         held_out = (
             drmas_envs.make(cfg.env.id, **held_out_kwargs(self.env_kwargs, cfg.eval)) if cfg.eval.enabled else None
@@ -120,17 +125,11 @@ class Trainer:
         self.initial_validation: dict[str, float] | None = None
         self.workers: Workers | None = None
         self.runlog: RunLog | None = None
-        cfg.models.backend = resolve_backend(cfg.models.backend)  # config.yaml records the engine used
-        if not self.placed:  # placed engines resolve "auto" on their own machines
-            models = cfg.models
-            device_type = pick_device(models.device).type
-            models.gen_dtype = resolve_gen_dtype(
-                models.gen_dtype, dtype=models.dtype, backend=models.backend, device_type=device_type
-            )
+        resolve_engine(cfg.models, local=not self.placed)  # config.yaml records the engine used
         try:
             self._build_policies()
             self.serving = agent_to_policy(self.policies)
-            self.sampling = {a: self._sampling(a) for a in self.agents}
+            self.sampling = {a: agent_sampling(cfg, a) for a in self.agents}
             n_envs = cfg.rollout.prompts_per_step * cfg.rollout.group_size
             self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
             self.eval_envs = make_eval_envs(cfg.env.id, self.env_kwargs, cfg.eval) if cfg.eval.enabled else []
@@ -146,26 +145,6 @@ class Trainer:
             raise
 
     # ---- setup helpers ---------------------------------------------------------------------------
-    def _env_kwargs(self, probe: Any) -> dict[str, Any]:
-        """The env's kwargs, with format penalties from `env.format_penalty` and per-agent overrides."""
-        kwargs = dict(self.cfg.env.kwargs)
-        own = {a: o.format_penalty for a, o in self.cfg.agents.items() if o.format_penalty is not None}
-        if self.cfg.env.format_penalty is not None or own:
-            base = dict(probe.unwrapped.format_penalty)
-            if self.cfg.env.format_penalty is not None:
-                base = {a: self.cfg.env.format_penalty for a in self.agents}
-            kwargs["format_penalty"] = {**base, **own}
-        return kwargs
-
-    def _sampling(self, agent: str) -> SamplingParams:
-        r, o = self.cfg.rollout, self.cfg.agent(agent)
-        return SamplingParams(
-            temperature=r.temperature if o.temperature is None else o.temperature,
-            top_p=r.top_p if o.top_p is None else o.top_p,
-            max_new_tokens=r.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
-            stop=tuple(r.stop if o.stop is None else o.stop),
-        )
-
     def _build_policies(self) -> None:
         """Policies and learners: here (placement none), or in Ray workers on their pools (`workers`)."""
         cfg = self.cfg
@@ -227,9 +206,7 @@ class Trainer:
             self.serving,
             self.sampling,
             seed=cfg.seed * 100_003 + self.step,
-            max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-            template_kwargs={a: cfg.template_kwargs(a) for a in self.agents},
-            truncation=cfg.rollout.truncation,
+            **prompt_options(cfg, self.agents),  # validation builds its prompts the same way
         )
         t_rollout = time.perf_counter() - t0
         adv_stats = self._advantages(batch)
@@ -292,15 +269,10 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""
         t0 = time.perf_counter()
-        row = validate(
-            self.eval_envs,
-            self.serving,
-            self.sampling,
-            self.cfg.eval,
-            max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
-            template_kwargs={a: self.cfg.template_kwargs(a) for a in self.agents},
-            truncation=self.cfg.rollout.truncation,
+        result = evaluate_team(
+            self.eval_envs, self.serving, self.sampling, self.cfg.eval, **prompt_options(self.cfg, self.agents)
         )
+        row = metrics_row(result)
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))
         return row

@@ -13,6 +13,8 @@ Protocol (`EvalConfig`; defaults: the paper's sampled evaluation, scaled down fo
   reports it (math), `val/answer_acc`: the last number of the Solver's last attempt, boxed or not, is
   right. avg@1 counts only well-formed right answers; answer_acc tells how much of a change is skill
   rather than format.
+- Metrics: `drmas_envs.evaluate.summarise`, as every evaluation in the project (`drmas-train eval`,
+  `drmas-envs eval`); `evaluate_team` returns them in its shape, `metrics_row` as the `val/*` row.
 - Every pass goes through the training rollout (the same engines, chat template and per-agent
   response caps) with a fixed sampling seed, so two validations differ only by the weights.
 """
@@ -28,8 +30,9 @@ import numpy as np
 
 import drmas_envs
 from drmas_envs import EpisodeResult
+from drmas_envs.evaluate import summarise, tally
 from drmas_train.backends.base import SamplingParams
-from drmas_train.config import EvalConfig
+from drmas_train.config import EvalConfig, TrainConfig
 from drmas_train.metrics import verdict_metrics
 from drmas_train.models.assignment import Policy
 from drmas_train.records import CallRecord
@@ -45,9 +48,42 @@ def held_out_kwargs(env_kwargs: Mapping[str, Any], cfg: EvalConfig) -> dict[str,
     return out
 
 
-def _correct(result: EpisodeResult) -> bool:
-    """The env's own outcome (`WorkflowEnv` reports it in every agent's final info)."""
-    return bool(result.info["correct"])
+def team_env_kwargs(cfg: TrainConfig, probe: Any) -> dict[str, Any]:
+    """The run's env kwargs: `env.kwargs`, with format penalties from `env.format_penalty` and per-agent overrides.
+
+    Args:
+        cfg: the run's configuration.
+        probe: an env made with `env.kwargs` (its own default penalties are the base).
+
+    """
+    kwargs = dict(cfg.env.kwargs)
+    own = {a: o.format_penalty for a, o in cfg.agents.items() if o.format_penalty is not None}
+    if cfg.env.format_penalty is not None or own:
+        base = dict(probe.unwrapped.format_penalty)
+        if cfg.env.format_penalty is not None:
+            base = {a: cfg.env.format_penalty for a in probe.possible_agents}
+        kwargs["format_penalty"] = {**base, **own}
+    return kwargs
+
+
+def agent_sampling(cfg: TrainConfig, agent: str) -> SamplingParams:
+    """The sampling settings of `agent`'s calls: the rollout's, then the agent's own overrides."""
+    r, o = cfg.rollout, cfg.agent(agent)
+    return SamplingParams(
+        temperature=r.temperature if o.temperature is None else o.temperature,
+        top_p=r.top_p if o.top_p is None else o.top_p,
+        max_new_tokens=r.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
+        stop=tuple(r.stop if o.stop is None else o.stop),
+    )
+
+
+def prompt_options(cfg: TrainConfig, agents: Sequence[str]) -> dict[str, Any]:
+    """How the run builds prompts (keyword arguments of `rollout` and `evaluate_team`): cap, cut side, template."""
+    return {
+        "max_prompt_tokens": cfg.rollout.max_prompt_tokens,
+        "template_kwargs": {a: cfg.template_kwargs(a) for a in agents},
+        "truncation": cfg.rollout.truncation,
+    }
 
 
 def _run(
@@ -90,32 +126,21 @@ def _run(
     return results, calls, owners
 
 
-def _sampled_metrics(
-    results: Sequence[EpisodeResult], calls: Sequence[Sequence[CallRecord]], owners: Sequence[int], k: int, agents
-) -> dict[str, float]:
-    right: dict[int, list[bool]] = defaultdict(list)
-    source: dict[int, str] = {}
-    for res, p in zip(results, owners):
-        right[p].append(_correct(res))
-        source[p] = str(res.info.get("source", "default"))
-    row = {
-        f"val/avg@{k}": float(np.mean([np.mean(v) for v in right.values()])),
-        f"val/pass@{k}": float(np.mean([any(v) for v in right.values()])),
-    }
-    for src in sorted(set(source.values())):
-        mine = [np.mean(right[p]) for p in right if source[p] == src]
-        row[f"val/{src}/avg@{k}"] = float(np.mean(mine))
+def _per_agent(calls: Sequence[Sequence[CallRecord]], agents: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Each agent's well-formed share of its calls and their mean response length (agents with calls only)."""
     flat = [c for episode in calls for c in episode]
+    out = {}
     for agent in agents:
         mine = [c for c in flat if c.agent == agent]
         if mine:
-            row[f"val/valid/{agent}"] = float(np.mean([c.valid for c in mine]))
-            row[f"val/response_tokens/{agent}"] = float(np.mean([len(c.response_ids) for c in mine]))
-    row.update(verdict_metrics(results, prefix="val/"))
-    return row
+            out[agent] = {
+                "valid": float(np.mean([c.valid for c in mine])),
+                "response_tokens": float(np.mean([len(c.response_ids) for c in mine])),
+            }
+    return out
 
 
-def validate(
+def evaluate_team(
     envs: Sequence[Any],
     serving: Mapping[str, Policy],
     sampling: Mapping[str, SamplingParams],
@@ -124,20 +149,27 @@ def validate(
     max_prompt_tokens: int,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
     truncation: str = "middle",
-) -> dict[str, float]:
-    """Run the validation protocol (module docstring) and return its `val/*` metrics.
+) -> dict[str, Any]:
+    """Run the validation protocol (module docstring) and return its result.
 
     Args:
         envs: at least `min(batch_episodes, n_problems * k)` envs of the held-out set (reset here).
         serving: agent -> the policy that serves it (the training engines, current weights).
-        sampling: agent -> its training sampling settings (only the response caps are kept).
+        sampling: agent -> its training sampling settings (only the response caps and stop strings are kept).
         cfg: the protocol.
         max_prompt_tokens: as in training.
         template_kwargs: agent -> chat-template variables, as in training (e.g. enable_thinking=False).
         truncation: which part of an over-long prompt is cut, as in training.
 
+    Returns:
+        The sampled pass in `drmas_envs.evaluate.summarise`'s shape ({"avg@k", "pass@k", "n_problems",
+        "by_source"}), plus "k", "agents" (agent -> {"valid", "response_tokens"}), the Verifier's
+        "approve_right" / "approve_wrong" where the env reports verdicts, and with `cfg.greedy` "greedy":
+        the greedy pass in the same shape at k = 1, with "answer_acc" where the env reports it.
+
     """
     probe = envs[0].unwrapped
+    env_id = type(probe).__name__
     order = probe.task_order(cfg.seed)
     problems = order[: min(cfg.n_problems, len(order))]
     agents = list(envs[0].possible_agents)
@@ -149,15 +181,36 @@ def validate(
     )
     sampled = {a: replace(s, temperature=cfg.temperature, top_p=cfg.top_p) for a, s in sampling.items()}
     results, calls, owners = _run(envs, problems, cfg.k, serving, sampled, seed=cfg.seed * 7919 + 1, **run)
-    row = _sampled_metrics(results, calls, owners, cfg.k, agents)
+    out: dict[str, Any] = {**summarise(*tally(results, owners, env_id), cfg.k), "k": cfg.k}
+    out["agents"] = _per_agent(calls, agents)
+    out.update(verdict_metrics(results))
     if cfg.greedy:
         greedy = {a: replace(s, temperature=0.0, top_p=1.0) for a, s in sampling.items()}
-        results, _, _ = _run(envs, problems, 1, serving, greedy, seed=cfg.seed * 7919 + 2, **run)
-        row["val/avg@1"] = float(np.mean([_correct(r) for r in results]))
+        results, _, owners = _run(envs, problems, 1, serving, greedy, seed=cfg.seed * 7919 + 2, **run)
+        out["greedy"] = summarise(*tally(results, owners, env_id), 1)
         loose = [r.info["loose_correct"] for r in results if "loose_correct" in r.info]
         if loose:
-            row["val/answer_acc"] = float(np.mean(loose))
-    row["val/n_problems"] = float(len(problems))
+            out["greedy"]["answer_acc"] = float(np.mean(loose))
+    return out
+
+
+def metrics_row(result: Mapping[str, Any]) -> dict[str, float]:
+    """`evaluate_team`'s result as the `val/*` metrics the trainer logs (metrics.jsonl)."""
+    k = result["k"]
+    row = {f"val/avg@{k}": result[f"avg@{k}"], f"val/pass@{k}": result[f"pass@{k}"]}
+    for src, stats in result["by_source"].items():
+        row[f"val/{src}/avg@{k}"] = stats[f"avg@{k}"]
+    for agent, stats in result["agents"].items():
+        row[f"val/valid/{agent}"] = stats["valid"]
+        row[f"val/response_tokens/{agent}"] = stats["response_tokens"]
+    for key in ("approve_right", "approve_wrong"):
+        if key in result:
+            row[f"val/{key}"] = result[key]
+    if "greedy" in result:
+        row["val/avg@1"] = result["greedy"]["avg@1"]
+        if "answer_acc" in result["greedy"]:
+            row["val/answer_acc"] = result["greedy"]["answer_acc"]
+    row["val/n_problems"] = float(result["n_problems"])
     return row
 
 

@@ -239,7 +239,7 @@ def test_bad_estimator_exits_2_before_any_model_loads(tmp_path):
 
 
 def test_usage_line_shows_the_eval_subcommand(capsys):
-    assert "drmas-train eval --env ID" in train_parser().format_usage()
+    assert "drmas-train eval [--checkpoint DIR" in train_parser().format_usage()
     assert "drmas-train eval" in main_output(["--help"], capsys).split("\n\n")[0]
 
 

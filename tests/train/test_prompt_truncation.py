@@ -92,11 +92,11 @@ def test_error_side_stops_the_run(tmp_path):
 
 
 def test_eval_cli_takes_the_side():
-    from drmas_train.cli.eval import eval_parser, run_eval
+    from drmas_train.cli.eval import eval_config, eval_parser, run_eval
 
     argv = ["--env", "math-1agent", "--model", "tiny-qwen3", "--k", "1", "--n-problems", "2", "--threads", "1"]
-    argv += ["--max-new-tokens", "4", "--max-prompt-tokens", "32", "--env-arg", "level=[1]"]
-    assert eval_parser().parse_args(argv).truncation == "middle"
+    argv += ["--max-new-tokens", "4", "--max-prompt-tokens", "32", "--env-arg", "level=[1]", "--preset", "smoke"]
+    assert eval_config(eval_parser().parse_args(argv))[0].rollout.truncation == "middle"  # the preset's
     assert run_eval(eval_parser().parse_args([*argv, "--truncation", "left"]))["n_problems"] == 2
     with pytest.raises(ValueError, match="longer than the 32 allowed"):
         run_eval(eval_parser().parse_args([*argv, "--truncation", "error"]))

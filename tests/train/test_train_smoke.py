@@ -128,15 +128,15 @@ def test_smoke_heterogeneous_architectures_and_tokenizers(tmp_path):
 
 
 def test_eval_subcommand_from_a_checkpoint(tmp_path):
-    from drmas_train.cli.eval import _team, eval_parser, run_eval
+    from drmas_train.cli.eval import build_team, eval_config, eval_parser, run_eval
 
     cfg, trainer = _smoke(tmp_path, **{"models.assignment": "lora", "steps": 1})
     trainer.train()
     ckpt = tmp_path / "run" / "checkpoints" / "step-000001"
-    argv = ["--env", "math-2agent", "--k", "2", "--checkpoint", str(ckpt), "--n-problems", "3"]
-    argv += ["--env-arg", "level=[1]", "--max-new-tokens", "24", "--temperature", "0", "--threads", "1"]
+    argv = ["--k", "2", "--checkpoint", str(ckpt), "--n-problems", "3", "--temperature", "0"]
     args = eval_parser().parse_args(argv)
-    serving, _ = _team(args)  # the checkpoint's adapters, not fresh ones
+    eval_cfg, folder = eval_config(args)
+    serving = build_team(eval_cfg, ["solver", "verifier"], folder)  # the checkpoint's adapters, not fresh ones
     for agent in ("solver", "verifier"):
         loaded = dict(serving[agent].trainable())
         for name, tensor in trainer.policies[agent].trainable():
@@ -144,7 +144,7 @@ def test_eval_subcommand_from_a_checkpoint(tmp_path):
     result = run_eval(args)
     assert result["n_problems"] == 3 and 0.0 <= result["avg@2"] <= result["pass@2"] <= 1.0
     assert set(result["by_source"]) == {"generated/L1"}
-    assert run_eval(args)["avg@2"] == result["avg@2"]  # greedy: the same again
+    assert run_eval(args)["metrics"] == result["metrics"]  # greedy: the same again
 
 
 def test_per_agent_overrides(tmp_path):

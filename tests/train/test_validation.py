@@ -7,12 +7,13 @@ import pytest
 import yaml
 
 from drmas_envs import EpisodeResult
+from drmas_envs.evaluate import summarise, tally
 from drmas_train.backends import resolve_backend
 from drmas_train.config import EvalConfig, build_config
 from drmas_train.metrics import verdict_metrics
 from drmas_train.records import CallRecord
 from drmas_train.trainer import Trainer
-from drmas_train.validation import _sampled_metrics
+from drmas_train.validation import _per_agent, metrics_row
 
 
 def _trainer(tmp_path, **overrides):
@@ -72,11 +73,14 @@ def test_sampled_metrics_by_hand():
         EpisodeResult(infos={"a": {"correct": False, "source": "s2"}}),
     ]
     calls = [[_call(0, "solver", True), _call(0, "verifier", False)], [_call(1, "solver", False)], [], []]
-    row = _sampled_metrics(results, calls, [0, 0, 1, 1], 2, ["solver", "verifier"])
+    result = {**summarise(*tally(results, [0, 0, 1, 1], "test"), 2), "k": 2}
+    result["agents"] = _per_agent(calls, ["solver", "verifier"])
+    row = metrics_row(result)
     assert row["val/avg@2"] == pytest.approx(0.25)  # (0.5 + 0) / 2
     assert row["val/pass@2"] == pytest.approx(0.5)
     assert row["val/s1/avg@2"] == pytest.approx(0.5) and row["val/s2/avg@2"] == 0.0
     assert row["val/valid/solver"] == pytest.approx(0.5) and row["val/valid/verifier"] == 0.0
+    assert row["val/n_problems"] == 2.0 and "val/avg@1" not in row  # no greedy pass in this result
 
 
 def test_verdict_metrics_judge_each_review_against_the_attempt_it_reviewed():

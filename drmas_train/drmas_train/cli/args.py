@@ -24,7 +24,7 @@ from drmas_train.extras import MissingExtraError
 
 USAGE = (
     "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"
-    "       %(prog)s eval --env ID [--model NAME | --checkpoint DIR] [options]  (see: %(prog)s eval --help)\n"
+    "       %(prog)s eval [--checkpoint DIR | --model NAME --env ID] [options]  (see: %(prog)s eval --help)\n"
     "       %(prog)s plan [--preset NAME|FILE] [--set KEY=VALUE ...] [--json]  (see: %(prog)s plan --help)"
 )
 

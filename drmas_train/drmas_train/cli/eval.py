@@ -1,116 +1,212 @@
-"""`drmas-train eval`: avg@k and pass@k of a model or a training checkpoint, per data source.
+"""`drmas-train eval`: avg@k and pass@k of a training checkpoint or a model, per data source.
 
-With `--model M` every agent runs on M; with `--checkpoint DIR` the team is rebuilt from the run's
-`config.yaml` (same assignment, models and adapters) and the checkpoint's weights are loaded.
-Sampling follows the paper's evaluation: temperature 0.6, top-p 0.95 (set 0 for greedy).
+It runs the validation of training (`drmas_train.validation.evaluate_team`): the same held-out envs,
+engines, prompts and sampling. With `--checkpoint DIR` the run is rebuilt from its `config.yaml` (env id
+and options, held-out split, stop strings, response and prompt caps, the cut side, chat-template
+options, models, engine and its dtype, validation protocol) and the checkpoint's weights are loaded,
+so with no flags it reproduces the run's last validation. With `--model M` every agent runs on M, the
+rest set by a preset (`--preset`, default cpu). Flags override either.
+
+Standard output carries the result alone (a table, or one JSON object with `--json`); logs, the
+engines' included, go to standard error.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from drmas_envs import evaluate
-from drmas_train.backends.base import SamplingParams
-from drmas_train.checkpoint import load_checkpoint
-from drmas_train.config import BackendName, ModelsConfig, Truncation, build_config, choices
-from drmas_train.models.assignment import agent_to_policy, build_policies
-from drmas_train.rollout import chat_prompt
+from drmas_envs.cli import EVAL_DEFAULTS, add_eval_arguments
+from drmas_envs.evaluate import result_table
+from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices
 
 log = logging.getLogger(__name__)
 
+_FROM_RUN = "the run's, or the preset's"
+
 
 def eval_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="drmas-train eval", description="avg@k / pass@k per data source")
-    p.add_argument("--env", required=True, help="env id, e.g. math-2agent")
-    p.add_argument("--k", type=int, default=16, help="episodes per problem (paper: 16)")
+    """The argument parser of `drmas-train eval`; its evaluation flags are `drmas-envs eval`'s."""
+    p = argparse.ArgumentParser(
+        prog="drmas-train eval",
+        description=__doc__.split("\n\n")[0],
+        epilog="An unset flag takes the run's config.yaml value (--checkpoint) or the preset's (--model): with "
+        "no flags a checkpoint is evaluated exactly as its run validated it. --env-arg options add to the "
+        "held-out set's. Exit status: 1 a data, model or checkpoint error, 2 an unknown env.",
+    )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", default=None, help="HF id, local folder or tiny name (default: SmolLM2-135M-Instruct)")
-    src.add_argument("--checkpoint", default=None, help="a checkpoint folder runs/<run>/checkpoints/step-N")
-    p.add_argument("--n-problems", type=int, default=None, help="first N problems (default: all)")
-    p.add_argument("--temperature", type=float, default=0.6, help="paper: 0.6")
-    p.add_argument("--top-p", type=float, default=0.95, help="paper: 0.95")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="response cap per call")
-    p.add_argument("--max-prompt-tokens", type=int, default=2048, help="longer prompts are cut (--truncation)")
+    src.add_argument("--checkpoint", default=None, help="runs/<run>/checkpoints/step-N, or a run dir (its latest)")
+    src.add_argument("--model", default=None, help="HF id, local folder or tiny name, for every agent")
+    p.add_argument("--preset", default=None, help="with --model: the preset that sets the rest (default: cpu)")
+    p.add_argument("--env", default=None, help=f"env id, e.g. math-2agent (default: {_FROM_RUN})")
+    add_eval_arguments(p, dict.fromkeys(EVAL_DEFAULTS), unset=_FROM_RUN)
+    p.add_argument("--max-prompt-tokens", type=int, default=None, help="longer prompts are cut (--truncation)")
     p.add_argument(
         "--truncation",
         choices=choices(Truncation),
-        default="middle",
+        default=None,
         help="the part of a long prompt cut: middle (keep head and tail), left (keep the tail), right, error",
     )
     p.add_argument(
-        "--stop", action="append", default=[], metavar="STRING", help="a string that ends a reply (repeatable)"
+        "--greedy", action=argparse.BooleanOptionalAction, default=None, help="also one greedy episode per problem"
     )
-    p.add_argument("--batch-episodes", type=int, default=64, help="episodes run in lock-step at once")
-    p.add_argument("--seed", type=int, default=0, help="problem order and sampling seed")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument(
-        "--backend", default="auto", choices=choices(BackendName), help="generation engine; auto: vllm where it imports"
-    )
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env option (YAML value)")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto")
+    p.add_argument("--backend", default=None, choices=choices(BackendName), help="generation engine")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
     return p
 
 
-def _team(args: argparse.Namespace) -> tuple[dict, dict[str, Any]]:
-    """(agent -> policy, env kwargs) for a plain model or a checkpoint."""
-    import drmas_envs
-    from drmas_train.config import parse_assignment
+def checkpoint_paths(path: str) -> tuple[Path, Path]:
+    """(checkpoint folder, the run's config.yaml) of a checkpoint folder or a run dir (its latest checkpoint)."""
+    from drmas_train.checkpoint import latest_checkpoint
 
-    env_kwargs = dict(parse_assignment(a) for a in args.env_arg)
-    agents = list(drmas_envs.make(args.env, **env_kwargs).possible_agents)
-    if args.checkpoint is None:
-        models = ModelsConfig(device=args.device, backend=args.backend)
-        if args.model:
-            models.name = args.model
-        return agent_to_policy(build_policies(models, agents)), env_kwargs
+    folder = Path(path)
+    if (folder / "config.yaml").is_file():
+        latest = latest_checkpoint(folder / "checkpoints")
+        if latest is None:
+            raise FileNotFoundError(f"{folder} has no complete checkpoint under checkpoints/")
+        return latest, folder / "config.yaml"
+    config = folder.parent.parent / "config.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"{config} not found: --checkpoint expects <run_dir>/checkpoints/step-N or <run_dir>")
+    return folder, config
+
+
+def _overrides(args: argparse.Namespace, agents: list[str]) -> dict[str, Any]:
+    """The config fields the flags set (dotted keys); a reply flag also replaces `agents`' own values."""
+    flags = {
+        "env.id": args.env,
+        "models.name": args.model,
+        "models.device": args.device,
+        "models.backend": args.backend,
+        "threads": args.threads,
+        "rollout.max_prompt_tokens": args.max_prompt_tokens,
+        "rollout.truncation": args.truncation,
+        "rollout.max_new_tokens": args.max_new_tokens,
+        "rollout.stop": args.stop,
+        "eval.k": args.k,
+        "eval.n_problems": args.n_problems,
+        "eval.temperature": args.temperature,
+        "eval.top_p": args.top_p,
+        "eval.seed": args.seed,
+        "eval.batch_episodes": args.batch_episodes,
+        "eval.greedy": args.greedy,
+        "eval.split": args.split,
+        "eval.env_kwargs.dataset": args.dataset,
+    }
+    out = {key: value for key, value in flags.items() if value is not None}
+    out.update({f"eval.env_kwargs.{key}": value for key, value in args.env_arg})
+    for agent in agents:
+        for field in ("max_new_tokens", "stop"):
+            if f"rollout.{field}" in out:
+                out[f"agents.{agent}.{field}"] = out[f"rollout.{field}"]
+    if args.max_new_tokens is not None or args.max_prompt_tokens is not None:
+        out["models.engine.max_model_len"] = None  # derived again from the new caps
+    return out
+
+
+def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
+    """The run's (or the preset's) config with the flags applied, and the checkpoint folder (None with --model)."""
+    if args.checkpoint is not None:
+        if args.preset is not None:
+            raise ValueError("--preset goes with --model; a checkpoint's run sets everything (--checkpoint)")
+        folder, base = checkpoint_paths(args.checkpoint)
+    else:
+        folder, base = None, args.preset or "cpu"
+    cfg = build_config(str(base), _overrides(args, []))
+    own = [a for a, o in cfg.agents.items() if o.max_new_tokens is not None or o.stop is not None]
+    if own and (args.max_new_tokens is not None or args.stop is not None):
+        cfg = build_config(str(base), _overrides(args, own))
+    return cfg, folder
+
+
+def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict[str, Any]:
+    """The policy serving each agent: the run's models, with the checkpoint's weights when `folder` is set."""
+    from drmas_train.checkpoint import load_checkpoint
+    from drmas_train.models.assignment import agent_to_policy, build_policies, resolve_engine
     from drmas_train.policy_ops import load_policy_weights, sync_engine
 
-    folder = Path(args.checkpoint)
-    config_path = folder.parent.parent / "config.yaml"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: --checkpoint expects <run_dir>/checkpoints/step-N")
-    cfg = build_config(str(config_path), {"models.device": args.device, "models.backend": args.backend})
+    resolve_engine(cfg.models)
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
     policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
-    weights = load_checkpoint(folder)["weights"]
-    for name, policy in policies.items():
-        load_policy_weights(policy, weights[name])
-        sync_engine(policy)  # a vLLM engine holds its own copy of the weights
-    return agent_to_policy(policies), env_kwargs
+    if folder is not None:
+        weights = load_checkpoint(folder)["weights"]
+        for name, policy in policies.items():
+            load_policy_weights(policy, weights[name])
+            sync_engine(policy)  # a vLLM engine holds its own copy of the weights
+    return agent_to_policy(policies)
 
 
 def run_eval(args: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate and return `drmas_envs.evaluate`'s result plus the settings used."""
-    if args.threads > 0:
+    """Evaluate as the run validated (module docstring); `evaluate_team`'s result plus the settings used.
+
+    The result's "metrics" are the `val/*` row the trainer logs to metrics.jsonl, for comparison.
+    """
+    import drmas_envs
+    from drmas_train import validation
+    from drmas_train.policy_ops import seed_everything
+
+    cfg, folder = eval_config(args)
+    if cfg.threads > 0:
         import torch
 
-        torch.set_num_threads(args.threads)
-    serving, env_kwargs = _team(args)
-    sampling = SamplingParams(args.temperature, args.top_p, args.max_new_tokens, stop=tuple(args.stop))
-    calls = {"n": 0}
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
+    agents = list(probe.possible_agents)
+    env_kwargs = validation.team_env_kwargs(cfg, probe)
+    envs = validation.make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
+    serving = build_team(cfg, agents, folder)
+    sampling = {a: validation.agent_sampling(cfg, a) for a in agents}
+    result = validation.evaluate_team(envs, serving, sampling, cfg.eval, **validation.prompt_options(cfg, agents))
+    e = cfg.eval
+    return {
+        "env": cfg.env.id,
+        "source": str(folder if folder is not None else cfg.models.name),
+        "env_kwargs": validation.held_out_kwargs(env_kwargs, e),
+        "temperature": e.temperature,
+        "top_p": e.top_p,
+        "seed": e.seed,
+        **result,
+        "metrics": validation.metrics_row(result),
+    }
 
-    def policy(agent: str, observations: list[dict]) -> list[str]:
-        p = serving[agent]
-        prompts = [
-            chat_prompt(p.tokenizer, o, args.max_prompt_tokens, truncation=args.truncation) for o in observations
-        ]
-        gens = p.backend.generate(
-            prompts, [sampling] * len(prompts), adapters=[p.adapter] * len(prompts), seed=args.seed + calls["n"]
-        )
-        calls["n"] += 1
-        return [g.text for g in gens]
 
-    result = evaluate(
-        policy,
-        args.env,
-        k=args.k,
-        n_problems=args.n_problems,
-        seed=args.seed,
-        batch_episodes=args.batch_episodes,
-        **env_kwargs,
-    )
-    source = args.checkpoint or args.model or "default model"
-    return {"env": args.env, "source": str(source), "k": args.k, "temperature": args.temperature, **result}
+def report_table(result: dict[str, Any]) -> str:
+    """The result as text: a header line, the sampled pass's table and the greedy pass's."""
+    k = result["k"]
+    lines = [
+        f"{result['env']} | {result['source']} | k={k} T={result['temperature']} top-p={result['top_p']}",
+        result_table(result, k),
+    ]
+    if "greedy" in result:
+        lines += ["greedy:", result_table(result["greedy"], 1)]
+    return "\n".join(lines)
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what this process, and any process it starts, writes to stdout to stderr instead.
+
+    Engines print and log to stdout (vLLM's logger, its engine process); redirecting the file
+    descriptor keeps standard output for the result alone.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout to protect
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -5,7 +5,7 @@ drmas-train --preset smoke --run-dir runs/smoke     # a tiny model, 2 steps
 drmas-train --preset cpu --steps 5 --set learner.lr=1e-5 --agents.verifier.temperature 0.7
 drmas-train --run-dir runs/cpu --resume             # continue after a crash or kill -9
 drmas-train --preset smoke --placement shared       # models in Ray workers on one pool (local Ray)
-drmas-train eval --env math-2agent --k 16 --checkpoint runs/cpu/checkpoints/step-000030
+drmas-train eval --checkpoint runs/cpu --json       # the run's last checkpoint, validated as in training
 drmas-train plan --preset math-2x-qwen3-4b          # data, prompt lengths, memory per GPU, time: no GPU needed
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,20 +150,24 @@ def train_main(argv: list[str]) -> int:
 
 def eval_main(argv: list[str]) -> int:
     from drmas_envs import EnvNotFoundError
-    from drmas_train.cli.eval import eval_parser, run_eval
+    from drmas_train.cli.eval import eval_parser, report_table, run_eval, stdout_to_stderr
 
     args = eval_parser().parse_args(argv)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the result alone
     _quiet_transformers()
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=console)])
     try:
-        result = run_eval(args)
+        with stdout_to_stderr():
+            result = run_eval(args)
     except EnvNotFoundError as exc:
         report_error(console, "env error", exc)
         return 2
     except SETUP_ERRORS as exc:
         report_error(console, "error", exc)
         return 1
-    print(json.dumps(result, indent=2))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2) if args.json else report_table(result))
     return 0
 
 

@@ -77,6 +77,18 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def resolve_engine(cfg: ModelsConfig, *, local: bool = True) -> None:
+    """Replace "auto" in `cfg.backend` (and, for engines built here, `cfg.gen_dtype`) by this machine's choice.
+
+    A run records the resolved values in its config.yaml, so an evaluation of its checkpoint builds the
+    engine it trained with. Placed engines (`local` False) resolve the dtype on their own machines.
+    """
+    cfg.backend = resolve_backend(cfg.backend)
+    if local:
+        device_type = pick_device(cfg.device).type
+        cfg.gen_dtype = resolve_gen_dtype(cfg.gen_dtype, dtype=cfg.dtype, backend=cfg.backend, device_type=device_type)
+
+
 def load_model(name: str, *, dtype: str, device: torch.device) -> tuple[torch.nn.Module, Any, Path]:
     """Resolve `name` to a folder and load (model, tokenizer, folder)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

