@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.advantages import ESTIMATORS, episode_scores
+from drmas_train.advantages import ESTIMATORS, _to_numpy, episode_scores
 
 __all__ = ["GroupWarnings", "group_stats", "sample_keys"]
 
@@ -38,15 +38,6 @@ KEY_NAMES = {
     "rloo": "prompt group over episodes",
 }
 """What one baseline key holds under each estimator (for the warnings)."""
-
-
-def _column(x: Any, name: str) -> np.ndarray:
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
-        x = x.detach().cpu().numpy()
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one entry per call), got shape {arr.shape}")
-    return arr
 
 
 def sample_keys(
@@ -115,9 +106,9 @@ def group_stats(
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
-    r = _column(rewards, "rewards").astype(np.float64)
+    r = _to_numpy(rewards, "rewards").astype(np.float64)
     g, a, e = (
-        _column(x, n) for x, n in ((group_ids, "group_ids"), (agent_ids, "agent_ids"), (episode_ids, "episode_ids"))
+        _to_numpy(x, n) for x, n in ((group_ids, "group_ids"), (agent_ids, "agent_ids"), (episode_ids, "episode_ids"))
     )
     if not len(r) == len(g) == len(a) == len(e):
         raise ValueError(
