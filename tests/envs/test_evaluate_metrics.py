@@ -63,21 +63,6 @@ def test_evaluate_draws_more_samples_than_k():
         drmas_envs.evaluate(two_right, "math-1agent", k=2, samples=1, **kw)
 
 
-def test_both_eval_clis_share_flag_names_and_fixed_defaults():
-    from drmas_train.cli.eval import eval_parser
-
-    shared = ["--k", "3", "--n-problems", "2", "--seed", "1", "--temperature", "0", "--top-p", "0.9"]
-    shared += ["--max-new-tokens", "7", "--stop", "}", "--batch-episodes", "8", "--env-arg", "level=[1]"]
-    shared += ["--dataset", "d.jsonl", "--split", "test", "--json", "--output", "r.json"]
-    envs = build_parser().parse_args(["eval", "--env", "math-2agent", "--model", "m", *shared])
-    train = eval_parser().parse_args(["--env", "math-2agent", "--model", "m", *shared])
-    for name in ("k", "n_problems", "seed", "temperature", "top_p", "max_new_tokens", "stop", "batch_episodes"):
-        assert getattr(envs, name) == getattr(train, name), name
-    assert envs.env_arg == train.env_arg == [("level", [1])]
-    envs_defaults = build_parser().parse_args(["eval", "--env", "e", "--model", "m"])
-    assert envs_defaults.batch_episodes == 256 and envs_defaults.max_new_tokens == 1024
-
-
 def test_max_tokens_is_a_deprecated_alias(capsys):
     args = build_parser().parse_args(["eval", "--env", "e", "--model", "m", "--max-tokens", "12"])
     assert args.max_new_tokens == 12

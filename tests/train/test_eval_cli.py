@@ -144,3 +144,19 @@ def test_vllm_logs_stay_off_stdout(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["n_problems"] == 2
     assert "non-default args" in out.stderr  # vLLM's start-up log line, on stderr
+
+
+def test_both_eval_clis_share_flag_names_and_fixed_defaults():
+    from drmas_envs.cli import build_parser  # the other CLI: drmas-envs eval
+    from drmas_train.cli.eval import eval_parser
+
+    shared = ["--k", "3", "--n-problems", "2", "--seed", "1", "--temperature", "0", "--top-p", "0.9"]
+    shared += ["--max-new-tokens", "7", "--stop", "}", "--batch-episodes", "8", "--env-arg", "level=[1]"]
+    shared += ["--dataset", "d.jsonl", "--split", "test", "--json", "--output", "r.json"]
+    envs = build_parser().parse_args(["eval", "--env", "math-2agent", "--model", "m", *shared])
+    train = eval_parser().parse_args(["--env", "math-2agent", "--model", "m", *shared])
+    for name in ("k", "n_problems", "seed", "temperature", "top_p", "max_new_tokens", "stop", "batch_episodes"):
+        assert getattr(envs, name) == getattr(train, name), name
+    assert envs.env_arg == train.env_arg == [("level", [1])]
+    envs_defaults = build_parser().parse_args(["eval", "--env", "e", "--model", "m"])
+    assert envs_defaults.batch_episodes == 256 and envs_defaults.max_new_tokens == 1024
