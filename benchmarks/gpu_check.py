@@ -1,6 +1,6 @@
 """GPU check: one preset-shaped step of a Qwen3-4B-shaped model on one GPU, against its floor.
 
-    bash scripts/gpu_check.sh                      # on a GPU machine (docs/scaling.md: measured figures)
+    bash scripts/gpu_check.sh                      # on a GPU machine (docs/gpus.md, "The GPU check": measured figures)
     .venv/bin/python benchmarks/gpu_check.py --cpu-smoke   # the same code on CPU with a tiny model (CI)
 
 No weights are downloaded: the model is Qwen3-4B's published shape (36 layers, hidden 2,560, 32 query

@@ -2,7 +2,7 @@
 # GPU check: one math-preset-shaped step of a Qwen3-4B-shaped model (random weights made on the GPU,
 # nothing downloaded) on one GPU, timed against its floor; prints one table (benchmarks/gpu_check.py).
 # Uses vLLM where it imports, else the transformers backend in bf16 (on one H200 with the transformers
-# backend and --response-tokens 2048: 356 s; docs/scaling.md).
+# backend and --response-tokens 2048: 356 s; docs/gpus.md, "The GPU check").
 # Extra arguments go to the script, e.g. --eager, --micro-batch 4, --response-tokens 2048, --json out.json.
 #
 #   bash scripts/gpu_check.sh                 # on the GPU machine, from the repository root

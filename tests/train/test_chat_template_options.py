@@ -5,6 +5,7 @@ an empty think block after the assistant header. The math preset sets it False, 
 math script does (`+data.apply_chat_template_kwargs.enable_thinking=False`).
 """
 
+from spies import record_prompts
 from transformers import AutoTokenizer
 
 from drmas_train.config import build_config
@@ -44,14 +45,7 @@ def test_trainer_sends_each_agent_its_options(tmp_path):
         },
     )
     trainer = Trainer(cfg)
-    backend = trainer.policies["shared"].backend
-    real, seen = backend.generate, []
-
-    def recording(prompts, sampling, **kwargs):  # the real engine, with its inputs kept
-        seen.extend(prompts)
-        return real(prompts, sampling, **kwargs)
-
-    backend.generate = recording
+    seen = record_prompts(trainer.policies["shared"].backend)
     trainer.train()
     texts = [trainer.policies["shared"].tokenizer.decode(p) for p in seen]
     solver = [t for t in texts if "You are the Solver" in t]

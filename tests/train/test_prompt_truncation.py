@@ -5,6 +5,7 @@ prompts on the left (`data.truncation='left'`, run_search.sh: the latest search 
 """
 
 import pytest
+from spies import record_prompts
 from transformers import AutoTokenizer
 
 from drmas_train.config import build_config
@@ -67,14 +68,7 @@ def _trainer(tmp_path, side):
 
 def test_training_and_validation_cut_on_the_configured_side(tmp_path):
     trainer = _trainer(tmp_path, "left")
-    backend = trainer.policies["shared"].backend
-    real, seen = backend.generate, []
-
-    def recording(prompts, sampling, **kwargs):  # the real engine, with its inputs kept
-        seen.extend(prompts)
-        return real(prompts, sampling, **kwargs)
-
-    backend.generate = recording
+    seen = record_prompts(trainer.policies["shared"].backend)
     rows = trainer.train()
     assert any(k.startswith("val/") for k in rows[-1])  # the validation ran too
     texts = [trainer.policies["shared"].tokenizer.decode(p) for p in seen]

@@ -104,17 +104,6 @@ KNOWN_ARCHS: dict[str, Arch] = {
         **_qwen(max_position_embeddings=32768, tie_word_embeddings=False),
         source=_HUB.format("Qwen/Qwen2.5-7B-Instruct"),
     ),
-    "Qwen/Qwen2.5-7B": Arch(
-        "qwen2",
-        152064,
-        3584,
-        18944,
-        28,
-        28,
-        4,
-        **_qwen(max_position_embeddings=131072, tie_word_embeddings=False),
-        source=_HUB.format("Qwen/Qwen2.5-7B"),
-    ),
     "Qwen/Qwen2.5-0.5B-Instruct": Arch(
         "qwen2",
         151936,
@@ -134,6 +123,10 @@ KNOWN_ARCHS: dict[str, Arch] = {
     ),
 }
 """The presets' models (and the 0.5B Qwen2.5 the memory check uses), from their published config.json."""
+# The base 7B (the reference's search model) is the Instruct model's shape with a longer context.
+KNOWN_ARCHS["Qwen/Qwen2.5-7B"] = replace(
+    KNOWN_ARCHS["Qwen/Qwen2.5-7B-Instruct"], max_position_embeddings=131072, source=_HUB.format("Qwen/Qwen2.5-7B")
+)
 
 
 def arch_from_config(config: Mapping[str, Any], source: str) -> Arch:
