@@ -15,14 +15,7 @@ from typing import Any
 from drmas_train.config.eval import EvalConfig
 from drmas_train.config.learner import PPOConfig
 from drmas_train.config.placement import PlacementConfig
-from drmas_train.config.sections import (
-    AgentOverrides,
-    AlgoConfig,
-    EnvConfig,
-    LogConfig,
-    ModelsConfig,
-    RolloutConfig,
-)
+from drmas_train.config.sections import AgentOverrides, AlgoConfig, EnvConfig, LogConfig, ModelsConfig, RolloutConfig
 
 
 @dataclass
