@@ -63,3 +63,14 @@ def test_the_readme_commands_are_makefile_targets():
     for target in ("train", "test"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"the README runs `make {target}`: no such target"
+
+
+def test_the_readme_opens_with_a_quick_start_holding_both_commands():
+    readme = README.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (.+)$", readme, re.MULTILINE)
+    assert sections[0] == "Quick start", sections
+    start = readme.index("## Quick start")
+    quick = readme[start : readme.index("\n## ", start + 1)]
+    assert "make train" in quick and "make test" in quick
+    assert ".ci/run" not in quick  # what a user runs, not CI
+    assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs the README's test command
