@@ -30,21 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drmas_train.plan.arch import KNOWN_ARCHS
+
 ROOT = Path(__file__).resolve().parents[1]
 
-QWEN3_4B = dict(
-    vocab_size=151936,
-    hidden_size=2560,
-    intermediate_size=9728,
-    num_hidden_layers=36,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+# The math preset's model, from the shape table `drmas-train plan` uses (its config.json numbers), plus the
+# two settings that do not change the shape.
+QWEN3_4B = {**KNOWN_ARCHS["Qwen/Qwen3-4B"].hf_config_kwargs(), "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6}
 TINY = dict(QWEN3_4B, vocab_size=2048, hidden_size=64, intermediate_size=256, num_hidden_layers=2)
 TINY.update(num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=4096)
 

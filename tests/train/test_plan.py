@@ -175,16 +175,7 @@ def test_parameter_count_matches_transformers_model_of_that_config(name):
     cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[
         a.family
     ]
-    cfg = cls(
-        vocab_size=a.vocab_size,
-        hidden_size=a.hidden_size,
-        intermediate_size=a.intermediate_size,
-        num_hidden_layers=a.num_layers,
-        num_attention_heads=a.num_heads,
-        num_key_value_heads=a.num_kv_heads,
-        head_dim=a.head_dim,
-        tie_word_embeddings=a.tie_word_embeddings,
-    )
+    cfg = cls(**a.hf_config_kwargs())  # the shape as the GPU check builds its model
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     assert sum(p.numel() for p in model.parameters()) == a.n_params()

@@ -41,6 +41,20 @@ class Arch:
     source: str = ""
     """Where the numbers come from: a config.json path, or the hub file they were copied from."""
 
+    def hf_config_kwargs(self) -> dict[str, Any]:
+        """The shape as keyword arguments of the family's transformers config (e.g. `Qwen3Config(**...)`)."""
+        return {
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        }
+
     def layer_params(self) -> int:
         """Parameters of one decoder layer (attention, gated MLP, two RMSNorms; biases and q/k norms by family)."""
         h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
