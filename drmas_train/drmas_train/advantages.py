@@ -56,7 +56,7 @@ EPS = 1e-6
 UNBIASED_STD = True
 
 
-def _to_numpy(x: Any, name: str) -> np.ndarray:
+def as_column(x: Any, name: str) -> np.ndarray:
     """Convert a list, numpy array or torch tensor to a 1-D numpy array."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
         x = x.detach().cpu().numpy()
@@ -179,10 +179,10 @@ def compute_advantages(
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {tuple(ESTIMATORS)}")
-    r = _to_numpy(rewards, "rewards").astype(np.float64)
-    g = _to_numpy(group_ids, "group_ids")
-    a = _to_numpy(agent_ids, "agent_ids")
-    e = _to_numpy(episode_ids, "episode_ids")
+    r = as_column(rewards, "rewards").astype(np.float64)
+    g = as_column(group_ids, "group_ids")
+    a = as_column(agent_ids, "agent_ids")
+    e = as_column(episode_ids, "episode_ids")
     if not len(r) == len(g) == len(a) == len(e):
         lengths = f"rewards {len(r)}, group_ids {len(g)}, agent_ids {len(a)}, episode_ids {len(e)}"
         raise ValueError(f"lengths differ: {lengths}")
@@ -262,7 +262,7 @@ def strata_weights(agent_ids: Any, strata: Sequence[str | None]) -> np.ndarray:
         One weight in (0, 1] per call, to multiply its advantage by.
 
     """
-    a = _to_numpy(agent_ids, "agent_ids")
+    a = as_column(agent_ids, "agent_ids")
     if len(strata) != len(a):
         raise ValueError(f"lengths differ: agent_ids {len(a)}, strata {len(strata)}")
     w = np.ones(len(a), dtype=np.float64)
@@ -286,8 +286,8 @@ def agent_moments(values: Any, agent_ids: Any) -> dict[str, dict[str, float]]:
         {agent: {"n", "mean", "std", "sq_mean"}}, agents in first-seen order.
 
     """
-    v = _to_numpy(values, "values").astype(np.float64)
-    a = _to_numpy(agent_ids, "agent_ids")
+    v = as_column(values, "values").astype(np.float64)
+    a = as_column(agent_ids, "agent_ids")
     out: dict[str, dict[str, float]] = {}
     for (agent,), rows in _group_index(_keys(a)).items():
         x = v[rows]
@@ -312,9 +312,9 @@ def predicted_pooled_sq_mean(rewards: Any, *, group_ids: Any, agent_ids: Any) ->
         "within": mean of sigma_kg^2 / s_g^2}}, each weighted by the agent's calls per group.
 
     """
-    r = _to_numpy(rewards, "rewards").astype(np.float64)
-    g = _to_numpy(group_ids, "group_ids")
-    a = _to_numpy(agent_ids, "agent_ids").astype(str)
+    r = as_column(rewards, "rewards").astype(np.float64)
+    g = as_column(group_ids, "group_ids")
+    a = as_column(agent_ids, "agent_ids").astype(str)
     sums = {agent: np.zeros(3) for agent in dict.fromkeys(a.tolist())}  # [n, sum of within, sum of gap]
     for gid in dict.fromkeys(g.tolist()):
         in_g = g == gid
@@ -378,7 +378,7 @@ def advantage_stats(
             for stat in ("mean", "std", "sq_mean") + (("n",) if prefix == "adv" else ()):
                 out[f"{prefix}/{agent}/{stat}"] = m[stat]
     if global_estimator == "pooled" and norm_by_std:
-        pred = predicted_pooled_sq_mean(_to_numpy(rewards, "rewards"), group_ids=group_ids, agent_ids=agent_ids)
+        pred = predicted_pooled_sq_mean(as_column(rewards, "rewards"), group_ids=group_ids, agent_ids=agent_ids)
         for agent, p in pred.items():
             out[f"adv_global/{agent}/gap"] = p["gap"]
     return out

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.advantages import ESTIMATORS, _to_numpy, episode_scores
+from drmas_train.advantages import ESTIMATORS, as_column, episode_scores
 
 __all__ = ["GroupWarnings", "group_stats", "sample_keys"]
 
@@ -106,9 +106,9 @@ def group_stats(
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {ESTIMATORS}")
-    r = _to_numpy(rewards, "rewards").astype(np.float64)
+    r = as_column(rewards, "rewards").astype(np.float64)
     g, a, e = (
-        _to_numpy(x, n) for x, n in ((group_ids, "group_ids"), (agent_ids, "agent_ids"), (episode_ids, "episode_ids"))
+        as_column(x, n) for x, n in ((group_ids, "group_ids"), (agent_ids, "agent_ids"), (episode_ids, "episode_ids"))
     )
     if not len(r) == len(g) == len(a) == len(e):
         raise ValueError(
