@@ -204,6 +204,7 @@ def main() -> None:
     # a cached encoding keeps the rate of the run that made it
     results["embed"] = {**saved, **embed(work, args.real_encoded)}
     results["embed"]["real_encoded"] = encoded_real(work)
+    results["embed"]["filler_encoded"] = encoded_real(work, "filler")
     facts.write_text(json.dumps(results["embed"], indent=1))
     corpus, vectors = work / f"corpus-{args.n}.jsonl", work / f"vectors-{args.n}.npy"
     if not corpus.exists():

@@ -24,6 +24,8 @@ OldLogprobs = Literal["recompute", "sampled"]
 """Where the PPO ratio's denominator comes from."""
 LossAgg = Literal["token_mean", "micro_token_mean"]
 """How the per-token losses of a mini-batch become one loss."""
+ComputeDtype = Literal["auto", "float32", "bfloat16"]
+"""The dtype of the learner's matmuls (weights and optimizer state stay in `models.dtype`)."""
 PlacementMode = Literal["none", "shared", "per_agent"]
 """Where the models run."""
 RolloutRanks = Literal["all", "first"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drmas_train.config.choices import Forward, LossAgg, OldLogprobs, check_choices
+from drmas_train.config.choices import ComputeDtype, Forward, LossAgg, OldLogprobs, check_choices
 
 
 @dataclass
@@ -57,6 +57,13 @@ class PPOConfig:
     """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
     MiB (220 positions at Qwen's 151,936-token vocabulary, 682 at SmolLM2's 49,152); beyond one chunk,
     backward recomputes each chunk's logits instead of keeping them. Not in the reference (verl keeps them)."""
+    compute_dtype: ComputeDtype = "float32"
+    """Mixed precision: bfloat16 runs the forward and backward matmuls in bf16 (autocast) while the weights,
+    gradients and AdamW state stay fp32 (master weights), as verl's FSDP mixed precision does; the LM head
+    and log-softmax stay fp32, so log-probs keep fp32 resolution. auto: bfloat16 where bf16 matmul is
+    native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 is ~100x slower on
+    AVX2-only CPUs). float32 (the default): exact fp32. Moot when `models.dtype` is bfloat16 (the weights
+    themselves are bf16, with no fp32 master). Reference (verl): bf16 compute, fp32 master weights."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: one more forward pass per step, much less memory on long contexts."""
     seed: int = 0

@@ -10,12 +10,16 @@ One forward per micro-batch, either way:
   plain batch's tokens (padding included), else "plain".
 
 Either way the model's own forward runs (so FSDP's hooks, peft adapters and gradient checkpointing
-behave as usual) and the hidden states that predict response tokens are gathered before the LM head
-(`logits_to_keep` as an index tensor): prompt positions never reach the head. The head itself runs on
-chunks of at most `chunk_tokens` positions, each turned into log-probs (and entropy) at once, so the
-[positions, vocabulary] logits are never whole; under autograd with more than one chunk, each chunk
-is recomputed in backward (activation checkpointing) instead of kept, which bounds memory at one
-chunk's logits (a 4096-token response at Qwen's 151,936-token vocabulary is 2.5 GB of fp32 logits).
+behave as usual) and the hidden states that predict response tokens are gathered before the LM head:
+prompt positions never reach the head. The gather is an `index_select` inside the head's replacement,
+not the model's `logits_to_keep` index: in a prefix tree one position predicts the first token of
+every response that shares its prompt, and the backward of advanced indexing with repeated indices
+(`index_put_` with accumulate) adds them with atomics on a multi-threaded CPU, in an order that
+changes from run to run under load; `index_select`'s backward (`index_add_`) adds in a fixed order.
+The head itself runs on chunks of at most `chunk_tokens` positions, each turned into log-probs (and
+entropy) at once, so the [positions, vocabulary] logits are never whole; under autograd with more
+than one chunk, each chunk is recomputed in backward (activation checkpointing) instead of kept, which
+bounds memory at one chunk's logits (a 4096-token response at Qwen's 151,936-token vocabulary is 2.5 GB of fp32 logits).
 """
 
 from __future__ import annotations
@@ -118,9 +122,12 @@ def score(
         rows, cols = select.nonzero(as_tuple=True)
         targets = batch.response_ids[select]
     temps = torch.tensor([r.score_temperature for r in records], dtype=torch.float32, device=device)[rows]
-    scorer = partial(_score_hidden, select=select, targets=targets, temps=temps, entropy=entropy, chunk=chunk_tokens)
+    scorer = partial(
+        _score_hidden, keep=keep, select=select, targets=targets, temps=temps, entropy=entropy, chunk=chunk_tokens
+    )
     with _head_replaced_by(model, scorer):
-        out = model(**inputs, logits_to_keep=keep, use_cache=False).logits[0]  # [N, 2]
+        # logits_to_keep=0: every position reaches the replaced head, which gathers `keep` (module doc)
+        out = model(**inputs, logits_to_keep=0, use_cache=False).logits[0]  # [N, 2]
     logp = torch.zeros(shape, dtype=torch.float32, device=device).index_put((rows, cols), out[:, 0])
     ent = None
     if entropy != "off":
@@ -157,6 +164,7 @@ def _score_hidden(
     head: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
     *,
+    keep: torch.Tensor,
     select: torch.Tensor | None,
     targets: torch.Tensor,
     temps: torch.Tensor,
@@ -164,6 +172,7 @@ def _score_hidden(
     chunk: int,
 ) -> torch.Tensor:
     """The head's replacement: [1, N, 2] (log-prob, entropy) of the N scored positions of `hidden`."""
+    hidden = hidden.index_select(1, keep)  # deterministic backward, unlike hidden[:, keep] (module doc)
     flat = hidden[select] if select is not None else hidden.reshape(-1, hidden.shape[-1])
     return head_scores(head, flat, targets, temps, entropy=entropy, chunk=chunk)[None]
 
@@ -185,6 +194,9 @@ def head_scores(
     n = hidden.shape[0]
     if n == 0:
         return hidden.new_zeros((0, 2), dtype=torch.float32)
+    if torch.is_autocast_enabled(hidden.device.type):  # mixed precision: the head stays fp32 (learner/precision.py)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return head_scores(head, hidden.float(), targets, temps, entropy=entropy, chunk=chunk)
     recompute = torch.is_grad_enabled() and n > chunk
     fn = partial(_chunk_scores, head, entropy=entropy)
     parts = []

@@ -25,6 +25,8 @@ Choices stated once:
   per-agent lr (own model or own LoRA adapter). Gradient clipping at 1.0 on the global norm.
 - The pre-clip global gradient norm is returned every optimizer step as `grad_norm` (the stability
   metric). A non-finite norm skips the step: no optimizer update, gradients zeroed, `skipped` = 1.
+- Precision (`compute_dtype`): fp32, or bf16 matmuls under autocast over fp32 master weights, the LM
+  head and log-softmax kept fp32 (`precision`).
 - Data parallelism (`dp`): alone, replicated or FSDP-sharded ranks (`parallel`); the step below is
   the same code for all three.
 """
@@ -49,6 +51,7 @@ from drmas_train.learner.forward import Scores, score
 from drmas_train.learner.loss import kl_k3, ppo_token_losses
 from drmas_train.learner.metrics import UpdateMetrics
 from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
+from drmas_train.learner.precision import compute_in, resolve_compute_dtype
 from drmas_train.records import CallRecord
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,10 @@ class Learner:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.device_type = self.params[0].device.type
+        self.autocast = resolve_compute_dtype(
+            cfg.compute_dtype, device_type=self.device_type, weights=self.params[0].dtype
+        )
         vocab = getattr(model.config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
         self.chunk_tokens = max(1, int(cfg.logits_chunk_mib * 2**20 // (4 * vocab)))
         self.steps = 0  # optimizer steps taken or skipped
@@ -263,14 +270,15 @@ class Learner:
         return chunk_by_adapter(records, range(len(records)), self.config.micro_batch_size, by_prefix=by_prefix)
 
     def _score(self, model: torch.nn.Module, records: Sequence[CallRecord], *, entropy: str = "off") -> Scores:
-        return score(
-            model,
-            records,
-            pad_token_id=self.pad_token_id,
-            forward=self.config.forward,
-            entropy=entropy,
-            chunk_tokens=self.chunk_tokens,
-        )
+        with compute_in(self.autocast, self.device_type):
+            return score(
+                model,
+                records,
+                pad_token_id=self.pad_token_id,
+                forward=self.config.forward,
+                entropy=entropy,
+                chunk_tokens=self.chunk_tokens,
+            )
 
     @torch.no_grad()
     def _ref_logprobs(self, records: Sequence[CallRecord]) -> torch.Tensor:

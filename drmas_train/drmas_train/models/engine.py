@@ -89,6 +89,17 @@ def pick_gen_dtype(requested: str | None, *, dtype: str, backend: str, native_bf
     return "bfloat16" if native_bf16 else dtype
 
 
+def native_bf16(device_type: str) -> tuple[bool, str]:
+    """Whether this machine's `device_type` ("cuda" or "cpu") multiplies bf16 natively, and why (for logs)."""
+    if device_type == "cuda":
+        import torch
+
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return native, "GPU with bf16" if native else "GPU without bf16"
+    found = sorted(set(NATIVE_BF16_CPU_FLAGS) & cpu_flags())
+    return bool(found), f"CPU with {', '.join(found)}" if found else "CPU without AVX512_BF16 / AMX"
+
+
 def resolve_gen_dtype(requested: str | None, *, dtype: str, backend: str, device_type: str) -> str | None:
     """`pick_gen_dtype` on this machine: a CUDA GPU with bf16 support, or a CPU with AVX512_BF16 / AMX.
 
@@ -98,15 +109,7 @@ def resolve_gen_dtype(requested: str | None, *, dtype: str, backend: str, device
     """
     if backend != "vllm" or requested not in ("auto", "bfloat16"):
         return pick_gen_dtype(requested, dtype=dtype, backend=backend, native_bf16=False)
-    if device_type == "cuda":
-        import torch
-
-        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        why = "GPU with bf16" if native else "GPU without bf16"
-    else:
-        found = sorted(set(NATIVE_BF16_CPU_FLAGS) & cpu_flags())
-        native = bool(found)
-        why = f"CPU with {', '.join(found)}" if native else "CPU without AVX512_BF16 / AMX"
+    native, why = native_bf16(device_type)
     resolved = pick_gen_dtype(requested, dtype=dtype, backend=backend, native_bf16=native)
     if requested == "auto":
         log.info("gen_dtype auto -> %s (%s)", resolved, why)

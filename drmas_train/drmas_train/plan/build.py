@@ -23,7 +23,15 @@ from drmas_train.plan.data import (
 )
 from drmas_train.plan.memory import GIB, dtype_bytes
 from drmas_train.plan.models import ModelInfo, model_info
-from drmas_train.plan.ranks import ModelPlan, PoolPlan, model_plans, pool_plans, pool_ranks, rank_memory
+from drmas_train.plan.ranks import (
+    ModelPlan,
+    PoolPlan,
+    learner_compute_dtype,
+    model_plans,
+    pool_plans,
+    pool_ranks,
+    rank_memory,
+)
 from drmas_train.plan.timing import CPU_2CORE, H100, EngineLoad, Hardware, learner_s, turn_s
 
 REPLY_FILL = 0.5
@@ -152,7 +160,7 @@ def _memory_section(
         "basis": (
             f"micro-batch of {cfg.learner.micro_batch_size} calls of max_model_len "
             f"{cfg.models.engine.max_model_len} tokens (the longest a call can be), "
-            f"learner dtype {cfg.models.dtype}, gradient checkpointing "
+            f"learner dtype {cfg.models.dtype}, compute {learner_compute_dtype(cfg, gpu)}, gradient checkpointing "
             f"{'on' if cfg.learner.gradient_checkpointing else 'off'}"
         ),
         "typical_call_tokens": typical,
@@ -224,7 +232,7 @@ def _estimate(
             tokens,
             devices,
             hw,
-            bf16=dtype_bytes(cfg.models.dtype) == 2,
+            bf16=dtype_bytes(learner_compute_dtype(cfg, gpu)) == 2,
             checkpointing=cfg.learner.gradient_checkpointing,
         )
         learn_by_pool[pool.name] = learn_by_pool.get(pool.name, 0.0) + secs

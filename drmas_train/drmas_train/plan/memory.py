@@ -58,12 +58,18 @@ def layer_activation_elems(arch: Arch) -> int:
     return 4 * arch.hidden_size + 5 * q + 4 * arch.intermediate_size
 
 
-def activation_bytes(arch: Arch, tokens: int, dtype: int, checkpointing: bool) -> int:
-    """Activations of a micro-batch of `tokens` tokens (prompt and response) at `dtype` bytes per element."""
-    per_layer = layer_activation_elems(arch) * tokens * dtype
+def activation_bytes(arch: Arch, tokens: int, dtype: int, checkpointing: bool, compute: int | None = None) -> int:
+    """Activations of a micro-batch of `tokens` tokens (prompt and response) at `dtype` bytes per element.
+
+    Under mixed precision (`compute` bytes, e.g. 2 for bf16 autocast over fp32 weights) the matmuls' saved
+    inputs and outputs are at `compute` bytes while the residual stream and the RMSNorms stay at `dtype`.
+    """
+    compute = compute or dtype
+    norms = 4 * arch.hidden_size
+    per_layer = (norms * dtype + (layer_activation_elems(arch) - norms) * compute) * tokens
     if not checkpointing:
         return arch.num_layers * per_layer
-    # Each layer keeps its input; backward recomputes one layer at a time.
+    # Each layer keeps its input (the residual stream); backward recomputes one layer at a time.
     return arch.num_layers * arch.hidden_size * tokens * dtype + per_layer
 
 
@@ -106,6 +112,7 @@ def train_state(
     chunk_mib: float,
     trainable: int | None = None,
     shards: int = 1,
+    compute: int | None = None,
 ) -> TrainState:
     """The training memory of one model on one rank.
 
@@ -118,6 +125,9 @@ def train_state(
         chunk_mib: `learner.logits_chunk_mib`.
         trainable: trainable parameters (LoRA adapters); None: every parameter.
         shards: FSDP ranks the weights, gradients and moments are sharded over (1: replicated).
+        compute: bytes per element of the learner's matmuls under mixed precision (`learner.compute_dtype`);
+            None: `dtype`. The bf16 copies of the weights that autocast makes (kept for backward) are
+            counted with the activations.
 
     """
     n = arch.n_params()
@@ -128,7 +138,8 @@ def train_state(
         weights=held * dtype // shards,
         gradients=train * dtype // shards,
         optimizer=2 * train * dtype // shards,
-        activations=activation_bytes(arch, tokens, dtype, checkpointing),
+        activations=activation_bytes(arch, tokens, dtype, checkpointing, compute)
+        + (held * compute // shards if compute and compute < dtype else 0),
         logits=logits_bytes(arch, response_tokens, chunk_mib, dtype),
         gather=gather,
     )

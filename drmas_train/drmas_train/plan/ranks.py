@@ -182,6 +182,21 @@ class RankMemory:
         }
 
 
+def learner_compute_dtype(cfg: TrainConfig, gpu: bool) -> str:
+    """The dtype the learner's matmuls will run in: `learner.compute_dtype` as the run resolves it (auto: bf16
+    on a GPU, assumed to support it; on a CPU, bf16 where this machine has native bf16), or the weights'
+    own dtype when they are not fp32.
+    """
+    requested = cfg.learner.compute_dtype
+    if dtype_bytes(cfg.models.dtype) != 4 or requested == "float32":
+        return cfg.models.dtype
+    if requested == "auto":
+        from drmas_train.models.engine import native_bf16
+
+        return "bfloat16" if gpu or native_bf16("cpu")[0] else "float32"
+    return requested
+
+
 def rank_memory(
     cfg: TrainConfig,
     pool: PoolPlan,
@@ -199,6 +214,7 @@ def rank_memory(
     """
     learner = cfg.learner
     b = dtype_bytes(cfg.models.dtype)
+    compute = dtype_bytes(learner_compute_dtype(cfg, gpu))
     shards = pool.size.ranks if pool.size.strategy == "fsdp" else 1
     tokens_per_call = tokens_per_call or int(cfg.models.engine.max_model_len or 0)
     caps = [cfg.rollout.max_new_tokens, *(o.max_new_tokens for o in cfg.agents.values() if o and o.max_new_tokens)]
@@ -220,6 +236,7 @@ def rank_memory(
             chunk_mib=learner.logits_chunk_mib,
             trainable=trainable,
             shards=shards,
+            compute=compute,
         )
         out.weights += state.weights
         out.optimizer += state.optimizer

