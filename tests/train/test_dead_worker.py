@@ -9,9 +9,13 @@ rank 0 both engine and learner. One run lives three times, so the file starts fi
    not wait for rank 0: it exits with status 3 and one line naming rank 1 as the learner, the step of
    that update and the last complete checkpoint.
 2. Resumed in-process (`Trainer(resume=True)`, what `--resume` runs) on one rank; after its first
-   step the test kills that rank: the next step's rollout fails naming it as the engine.
+   step the test kills that rank: the next step's rollout fails naming it as the engine. A save
+   tried then, with no live worker, writes nothing.
 3. `drmas-train --resume` finishes the run. Every step appears once in metrics.jsonl, and the rows
    of the steps each crash's checkpoint held are the ones written before the crash.
+
+The vLLM engine actor beside a data-parallel rank (`placement.engines`) is covered with a stand-in
+actor: vLLM cannot run the tests' tiny model.
 """
 
 import json
