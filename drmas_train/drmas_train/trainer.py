@@ -28,12 +28,15 @@ Each step, in order:
 The loop reaches its models through one interface, `drmas_train.workers`: in this process
 (`LocalWorkers`), or, with `placement.mode` shared or per_agent, in Ray workers (`PlacedWorkers`,
 `drmas_train.placement`), where each worker syncs its own engine after its update and checkpoints
-fetch weights and optimizer states from the workers. The step is the same code for both.
+fetch weights and optimizer states from the workers. The step is the same code for both. A placed
+worker that dies ends the run with a `WorkerDiedError` naming it, the step in progress and the last
+complete checkpoint (`placement.failures`), from which `resume` continues.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -50,6 +53,7 @@ from drmas_train.config import TrainConfig, save_config, steps_for_epochs
 from drmas_train.group_stats import GroupWarnings, group_stats
 from drmas_train.metrics import step_metrics
 from drmas_train.models.assignment import agent_to_policy, resolve_engine
+from drmas_train.placement.failures import WorkerDiedError
 from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.runlog import RunLog
@@ -134,6 +138,7 @@ class Trainer:
             self.envs = [drmas_envs.make(cfg.env.id, **self.env_kwargs) for _ in range(n_envs)]
             self.eval_envs = make_eval_envs(cfg.env.id, self.env_kwargs, cfg.eval) if cfg.eval.enabled else []
             self.step = 0
+            self.running_step = 0  # the step in progress (0: the validation before training)
             self.cursor = 0  # tasks consumed so far: the data position
             if resume:
                 self._resume()
@@ -198,6 +203,7 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """One step: rollout, rewards, advantages, an update of each policy, sync, logs, checkpoint."""
         cfg = self.cfg
+        self.running_step = self.step + 1
         t0, cpu0 = time.perf_counter(), time.process_time()
         batch = rollout(
             self.envs,
@@ -290,9 +296,15 @@ class Trainer:
         `val/*` keys only) goes to metrics.jsonl and `self.initial_validation`.
 
         The logs are closed and a placed run's workers freed at the end, also on an exception.
+
+        Raises:
+            WorkerDiedError: a placed run's worker died; it names the worker, this step and the last
+                complete checkpoint.
+
         """
         rows = []
         try:
+            self.running_step = self.step
             if self.cfg.eval.before_train and self.step == 0:
                 self.initial_validation = {"step": 0, **self.validate()}
                 self.runlog.metrics(self.initial_validation)
@@ -301,9 +313,16 @@ class Trainer:
                 rows.append(row)
                 if on_step is not None:
                     on_step(row)
+        except WorkerDiedError as exc:
+            raise exc.at_step(self.running_step, self.last_checkpoint()) from exc
         finally:
             self.close()
         return rows
+
+    def last_checkpoint(self) -> int | None:
+        """The step of the latest complete checkpoint in the run folder, if any."""
+        folder = latest_checkpoint(self.run_dir / "checkpoints")
+        return None if folder is None else int(json.loads((folder / "state.json").read_text())["step"])
 
 
 def _brief(row: dict[str, float]) -> str:

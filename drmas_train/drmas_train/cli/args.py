@@ -2,8 +2,9 @@
 
 Exit status: 0 done; 1 the run could not be built from its data (missing or malformed dataset, missing
 model or optional package); 2 a usage or config error (unknown flag, field, env or choice, bad value or
-preset), found before any model loads. Either way one line on stderr, no traceback
-(`--verbose` adds it).
+preset), found before any model loads; 3 a Ray worker of a placed run died (the line names it, the
+step and the last complete checkpoint, from which `--resume` continues). Each time one line on
+stderr, no traceback (`--verbose` adds it).
 """
 
 from __future__ import annotations

@@ -98,10 +98,14 @@ def train_main(argv: list[str]) -> int:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
     from drmas_envs import EnvNotFoundError
+    from drmas_train.placement.failures import WorkerDiedError
     from drmas_train.trainer import Trainer
 
     try:
         trainer = Trainer(cfg, resume=args.resume)
+    except WorkerDiedError as exc:  # a placed run's worker died while loading: one line naming it
+        report_error(console, "error", exc, args.verbose)
+        return 3
     except EnvNotFoundError as exc:  # --env names no env, module or attribute: one line, no traceback
         report_error(console, "env error", exc, args.verbose)
         return 2
@@ -136,7 +140,12 @@ def train_main(argv: list[str]) -> int:
             line = _progress_line(row, trainer.agents, last_val)
             progress.update(task, completed=row["step"], description=line)
 
-        rows = trainer.train(on_step)
+        try:
+            rows = trainer.train(on_step)
+        except WorkerDiedError as exc:  # one line naming the worker and the step; --resume continues
+            progress.stop()
+            report_error(console, "error", exc, args.verbose)
+            return 3
     if rows:
         last = rows[-1]
         console.print(f"done: step {last['step']}, {_progress_line(last, trainer.agents)}")

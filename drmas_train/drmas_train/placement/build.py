@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drmas_train.config import PlacementConfig, PoolSize, TrainConfig
+from drmas_train.placement.failures import gather
 from drmas_train.placement.pools import generates, placed_workers, pool_sizes, uses_engine_actors
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
 from drmas_train.placement.worker import PolicyWorker
@@ -57,8 +58,11 @@ def build_placed(
 
     Raises:
         TimeoutError: the cluster did not grant the pools within `placement.ready_timeout_s`.
+        WorkerDiedError: a worker died while it built its models (`placement.failures`).
 
     """
+    import uuid
+
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -86,6 +90,7 @@ def build_placed(
     actor_cls = ray.remote(PolicyWorker)
     policies, learners = {}, {}
     ranks: dict[str, list[Any]] = {}
+    run_id = uuid.uuid4().hex[:8]  # actor names are unique per Ray namespace; a later run reuses none
     for wname, wagents in groups.items():
         size = sizes[wname]
         ranks[wname] = []
@@ -94,6 +99,7 @@ def build_placed(
             engine_actors = uses_engine_actors(cfg.models.backend, size.ranks, rank, placement.rollout_ranks)
             gpus = size.gpus / 2 if engine_actors else size.gpus
             worker = actor_cls.options(
+                name=actor_name(wname, rank, run_id),
                 num_cpus=size.cpus,
                 num_gpus=gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[wname], placement_group_bundle_index=rank),
@@ -111,12 +117,15 @@ def build_placed(
             handles.append(worker)
             ranks[wname].append(worker)
     # The workers build their models at the same time; wait for all of them only now.
+    labels = _labels(ranks)
     workers = [r[0] for r in ranks.values()]
     described = ray.get([w.describe.remote() for w in workers])
     _join_data_parallel(ranks, sizes, placement.ready_timeout_s)
     for (wname, group), infos in zip(ranks.items(), described):
         worker = group[0]
         sharded = sizes[wname].strategy == "fsdp" and len(group) > 1
+        names = [labels[wname, rank] for rank in range(len(group))]
+        generating = [r for r in range(len(group)) if generates(r, placement.rollout_ranks)]
         for pname, info in infos.items():
             tokenizer = AutoTokenizer.from_pretrained(info["path"])
             if tokenizer.pad_token_id is None:
@@ -124,18 +133,34 @@ def build_placed(
             policies[pname] = RemotePolicy(
                 pname,
                 tokenizer,
-                RemoteBackend(
-                    [w for r, w in enumerate(group) if generates(r, placement.rollout_ranks)], pname, tokenizer
-                ),
+                RemoteBackend([group[r] for r in generating], pname, tokenizer, [names[r] for r in generating]),
                 info["agents"],
                 worker,
                 ranks=group,
                 sharded=sharded,
                 adapter=info["adapter"],
                 path=info["path"],
+                labels=names,
             )
-            learners[pname] = RemoteLearner(group, pname, sharded=sharded)
+            learners[pname] = RemoteLearner(group, pname, sharded=sharded, labels=names)
     return policies, learners, handles
+
+
+def _labels(ranks: dict[str, list[Any]]) -> dict[tuple[str, int], str]:
+    """Each worker's name in errors, by (pool, rank): "pool 'shared' rank 1 (pid 4242)".
+
+    Asking the pids waits for every worker to have built its models; one that died meanwhile
+    raises `WorkerDiedError`.
+    """
+    everyone = [(pool, rank, w) for pool, group in ranks.items() for rank, w in enumerate(group)]
+    where = [f"pool {pool!r} rank {rank}" for pool, rank, _ in everyone]
+    pids = gather([w.pid.remote() for *_, w in everyone], where, "worker", "", "__init__")
+    return {(pool, rank): f"{w} (pid {pid})" for (pool, rank, _), w, pid in zip(everyone, where, pids)}
+
+
+def actor_name(pool: str, rank: int, run_id: str) -> str:
+    """The Ray actor name of a worker (what `ray list actors` shows): `drmas:<pool>:rank<rank>:<run id>`."""
+    return f"drmas:{pool}:rank{rank}:{run_id}"
 
 
 def _join_data_parallel(ranks: dict[str, list[Any]], sizes: dict[str, PoolSize], timeout_s: float) -> None:

@@ -31,9 +31,17 @@ class ActorBackend:
         self.actor, self.tokenizer = actor, tokenizer
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the engine; if its actor died, raise `WorkerDiedError` (the driver adds which worker's)."""
         import ray
 
-        return ray.get(self.actor.call.remote(method, *args, **kwargs))
+        from drmas_train.placement.failures import WorkerDiedError, is_death
+
+        try:
+            return ray.get(self.actor.call.remote(method, *args, **kwargs))
+        except Exception as exc:
+            if is_death(exc):
+                raise WorkerDiedError("the vLLM engine actor", "engine", "", method) from exc
+            raise
 
     def generate(self, prompts, sampling, *, adapters=None, seed=None):
         return self._call("generate", list(prompts), list(sampling), adapters=adapters, seed=seed)

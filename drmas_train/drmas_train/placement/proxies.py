@@ -6,6 +6,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drmas_train.placement.failures import gather
+
 
 def split_rows(n: int, parts: int) -> list[slice]:
     """Split n rows into `parts` contiguous slices whose sizes differ by at most one (the first are longer)."""
@@ -21,15 +23,15 @@ class RemoteBackend:
 
     With several generating ranks (`PlacementConfig.rollout_ranks: all`) a call's rows are split into
     contiguous shares, one per rank, sampled at once and put back in order. Each row keeps its own
-    seed (`backends.base.row_seeds`), so the samples do not depend on the split.
+    seed (`backends.base.row_seeds`), so the samples do not depend on the split. `labels` name the
+    workers in the error raised when one dies (`placement.failures`).
     """
 
-    def __init__(self, workers: Sequence[Any], name: str, tokenizer: Any):
+    def __init__(self, workers: Sequence[Any], name: str, tokenizer: Any, labels: Sequence[str] = ()):
         self.workers, self.name, self.tokenizer = list(workers), name, tokenizer
+        self.labels = list(labels) or [f"worker {i}" for i in range(len(self.workers))]
 
     def generate(self, prompts, sampling, *, adapters=None, seed=None):
-        import ray
-
         from drmas_train.backends.base import row_seeds
 
         prompts, sampling = list(prompts), list(sampling)
@@ -46,7 +48,8 @@ class RemoteBackend:
             )
             for worker, s in zip(self.workers, shares)
         ]
-        return [gen for share in ray.get(pending) for gen in share]
+        results = gather(pending, self.labels, "engine", self.name, "generate")
+        return [gen for share in results for gen in share]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """A no-op: the worker pushed its weights into its engine after the update (nothing is iterated)."""
@@ -69,49 +72,46 @@ class RemotePolicy:
     adapter: str | None = None
     path: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    """Each rank's name in errors (`placement.failures`): pool, rank and pid."""
 
     def __post_init__(self) -> None:
         self.ranks = self.ranks or [self.worker]
+        self.labels = self.labels or [f"rank {i}" for i in range(len(self.ranks))]
 
     def trainable(self) -> Iterator[tuple[str, Any]]:
         yield from self.weights().items()
 
     def weights(self) -> dict[str, Any]:
         """The policy's weights, fetched from its worker (what a checkpoint holds)."""
-        import ray
-
-        if self.sharded:
-            return ray.get([w.weights.remote(self.name) for w in self.ranks])[0]
-        return ray.get(self.worker.weights.remote(self.name))
+        ranks = self.ranks if self.sharded else self.ranks[:1]
+        return gather([w.weights.remote(self.name) for w in ranks], self.labels, "learner", self.name, "weights")[0]
 
     def load_weights(self, tensors: dict[str, Any]) -> None:
         """Load checkpointed weights in every rank; rank 0 also pushes them into its engine."""
-        import ray
-
-        ray.get([w.load_weights.remote(self.name, tensors) for w in self.ranks])
+        refs = [w.load_weights.remote(self.name, tensors) for w in self.ranks]
+        gather(refs, self.labels, "learner", self.name, "load_weights")
 
 
 class RemoteLearner:
     """Stands in for `learner.Learner` on the driver; with data parallelism it drives every rank."""
 
-    def __init__(self, ranks: Sequence[Any], name: str, *, sharded: bool = False):
+    def __init__(self, ranks: Sequence[Any], name: str, *, sharded: bool = False, labels: Sequence[str] = ()):
         self.ranks, self.name, self.sharded = list(ranks), name, sharded
+        self.labels = list(labels) or [f"rank {i}" for i in range(len(self.ranks))]
+
+    def _gather(self, refs: list[Any], call: str) -> list[Any]:
+        return gather(refs, self.labels, "learner", self.name, call)
 
     def update(self, records) -> dict[str, float]:
         """Update on every rank at once (they meet in the gradient all-reduce); rank 0's metrics."""
-        import ray
-
         records = list(records)
-        return ray.get([w.update.remote(self.name, records) for w in self.ranks])[0]
+        return self._gather([w.update.remote(self.name, records) for w in self.ranks], "update")[0]
 
     def state_dict(self) -> dict[str, Any]:
         """Rank 0's optimizer state (under FSDP every rank gathers its shards at once)."""
-        import ray
-
         ranks = self.ranks if self.sharded else self.ranks[:1]
-        return ray.get([w.learner_state.remote(self.name) for w in ranks])[0]
+        return self._gather([w.learner_state.remote(self.name) for w in ranks], "learner_state")[0]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        import ray
-
-        ray.get([w.load_learner_state.remote(self.name, state) for w in self.ranks])
+        self._gather([w.load_learner_state.remote(self.name, state) for w in self.ranks], "load_learner_state")

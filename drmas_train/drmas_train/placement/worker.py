@@ -92,6 +92,12 @@ class PolicyWorker:
         elif self.generates:
             sync_engine(policy)
 
+    def pid(self) -> int:
+        """The process id of this worker (named in the error raised when the process dies)."""
+        import os
+
+        return os.getpid()
+
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
         return {n: {"agents": p.agents, "adapter": p.adapter, "path": str(p.path)} for n, p in self.policies.items()}
