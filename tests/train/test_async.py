@@ -247,3 +247,28 @@ def test_behaviour_weights_by_hand():
     weights = behaviour_weights(prox, behaviour, mask, cap=5.0)
     torch.testing.assert_close(weights, torch.tensor([[1.0, torch.e, 0.0]]))
     assert behaviour_weights(prox, behaviour, mask, cap=2.0).tolist() == [[1.0, 0.0, 0.0]]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_placed_pools_stay_within_the_bound_and_resume_on_the_checkpoint_version(tmp_path):
+    """per_agent pools (one samples while the other updates), then a shared pool; the workers stamp the versions."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        pools = {"placement.mode": "per_agent", "placement.pools.solver.cpus": 1, "placement.pools.verifier.cpus": 1}
+        overrides = {**ASYNC, **pools, "models.assignment": "per_agent", "rollout.max_staleness": 1}
+        run = tmp_path / "run"
+        rows = Trainer(_cfg(run, steps=2, **overrides)).train()
+        assert rows[0]["rollout/staleness_max"] == 0.0 and rows[1]["rollout/staleness_max"] <= 1.0
+        assert rows[1]["val/weight_version"] == 2.0  # each worker counted its own updates
+        # Resumed into one shared pool's worker (placement shared), which holds the checkpoint's weights and
+        # version: step 3 is sampled by version 2.
+        shared = {**overrides, "placement.mode": "shared", "placement.shared_pool.cpus": 2}
+        resumed = Trainer(_cfg(run, steps=3, **shared), resume=True)
+        assert resumed.step == 2
+        row = resumed.train()[-1]
+        assert row["step"] == 3 and row["rollout/staleness_max"] == 0.0 and "rollout/dropped_groups" not in row
+        assert row["val/weight_version"] == 3.0
+    finally:
+        ray.shutdown()
