@@ -198,13 +198,14 @@ def main() -> None:
     ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     ap.add_argument("--backend", default=None, help="models.backend override (default: the preset's)")
     ap.add_argument("--project", action="store_true", help="only the pipeline model on the paper presets")
+    ap.add_argument("--no-project", action="store_true", help="only the measured runs (no projection)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "async.json")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
         print(json.dumps(one_run(args.preset, args.one, args.steps, args.backend)))
         return
-    result: dict[str, Any] = {"projection": project()}
+    result: dict[str, Any] = {} if args.no_project else {"projection": project()}
     if not args.project:
         result.update(measure(args))
         result["summary"] = summary(result)

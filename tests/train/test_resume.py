@@ -88,17 +88,16 @@ def test_kill_minus_9_with_rollouts_in_flight_loses_no_trained_step(tmp_path):
     trained = [r["step"] for r in _rows(run) if r["step"] > 0]
     assert done >= 1 and trained[-1] <= done + 1  # at most the step after the checkpoint was logged
     out = subprocess.run(
-        _cli("--run-dir", str(run), "--resume", "--steps", str(done + 2), *staleness),
+        _cli("--run-dir", str(run), "--resume", "--steps", str(done + 1), *staleness),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = _rows(run)
     # Every trained step is there once; the resumed run went on from the checkpoint, not from scratch.
-    assert [r["step"] for r in rows] == [0, *range(1, done + 3)]
-    assert rows[-1]["data/cursor"] == (done + 2) * 2
+    assert [r["step"] for r in rows] == [0, *range(1, done + 2)]
+    assert rows[-1]["data/cursor"] == (done + 1) * 2
     # The in-flight batch was rolled out again with the checkpoint's weights: not stale at all.
-    assert rows[done + 1]["rollout/staleness_max"] == 0.0
-    assert rows[done + 2]["rollout/staleness_max"] == 1.0
-    assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 2:06d}"
+    assert rows[-1]["rollout/staleness_max"] == 0.0
+    assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 1:06d}"
