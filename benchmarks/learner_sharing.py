@@ -42,7 +42,7 @@ def collect(path: Path, prompts: int, group: int, backend: str, env: str = "math
     try:
         batch = rollout(
             trainer.envs,
-            trainer._next_tasks(),
+            trainer._tasks_at(trainer.cursor),
             group,
             trainer.serving,
             trainer.sampling,

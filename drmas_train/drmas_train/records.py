@@ -28,6 +28,9 @@ class CallRecord:
             (`score_temperature`), so the PPO ratio is 1 on-policy at any temperature.
         stratum: the env's label of the situation the call acted in (the math Verifier's: the grade
             of the attempt it reviewed); None for most calls (`algo.balance_strata`).
+        weight_version: the version of the weights that sampled it: how many training steps they had
+            taken (0: the initial weights); None where the engine is not versioned. A step trained on
+            weights of version v sees the call `v - weight_version` versions stale (`rollout.max_staleness`).
 
     """
 
@@ -47,6 +50,7 @@ class CallRecord:
     extra: dict = field(default_factory=dict)
     temperature: float = 1.0
     stratum: str | None = None
+    weight_version: int | None = None
 
     @property
     def score_temperature(self) -> float:

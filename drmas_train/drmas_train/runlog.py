@@ -2,8 +2,8 @@
 
 `metrics.jsonl` has one JSON object per step (keys such as `grad_norm/<model>`, `reward/<agent>`,
 `adv/<agent>/sq_mean`); `trajectories.jsonl` one object per logged episode with every call: what
-the agent saw, what it said, its validity, reward and advantage. On resume, rows of steps after the
-checkpoint are dropped, so each step appears once.
+the agent saw, what it said, its validity, reward and advantage, and the weight version that sampled
+it. On resume, rows of steps after the checkpoint are dropped, so each step appears once.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def _call_row(r: CallRecord) -> dict[str, Any]:
         "error": r.extra.get("error", ""),
         "reward": r.reward,
         "advantage": r.advantage,
+        "weight_version": r.weight_version,  # the weights that sampled it (steps they had trained)
         "prompt_tokens": len(r.prompt_ids),
         "response_tokens": len(r.response_ids),
     }

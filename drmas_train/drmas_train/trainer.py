@@ -18,12 +18,16 @@ Each step, in order:
    Only the calls a policy made train it. Defaults follow the paper: clip 0.2/0.2, dual clip 3,
    token-mean loss, one epoch, no KL, no entropy bonus, lr 1e-6, weight decay 0.01, clip 1.0.
 6. Sync: the engines take the new weights (`load_weights`; a no-op when the transformers engine
-   shares the learner's module).
+   shares the learner's module), and with them the step's weight version (`CallRecord.weight_version`).
 7. Validation (`eval`, `drmas_train.validation`): before step 1 and every `eval.every` steps (and
    after the last), the current weights on held-out problems through the same engines: `val/avg@k`,
    `val/pass@k`, greedy `val/avg@1` and `val/answer_acc`, `val/valid/<agent>`, Verifier approval rates.
 8. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
    atomic checkpoint with weights, optimizer and RNG states and the data position.
+
+With `rollout.max_staleness` k >= 1 step 2's rollout moves to a producer thread that rolls out the
+next k steps while this step updates (`drmas_train.rollout.pipeline` states the choices); each step
+logs `rollout/staleness_mean` and `rollout/staleness_max`, the versions its samples lag behind.
 
 The loop reaches its models through one interface, `drmas_train.workers`: in this process
 (`LocalWorkers`), or, with `placement.mode` shared or per_agent, in Ray workers (`PlacedWorkers`,
@@ -56,6 +60,8 @@ from drmas_train.models.assignment import agent_to_policy, resolve_engine
 from drmas_train.placement.failures import WorkerDiedError
 from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
+from drmas_train.rollout.pipeline import RolloutProducer
+from drmas_train.rollout.versions import drop_stale_groups, staleness_stats
 from drmas_train.runlog import RunLog
 from drmas_train.validation import (
     agent_sampling,
@@ -126,6 +132,10 @@ class Trainer:
                 cfg.steps,
             )
         self.placed = cfg.placement.mode != "none"
+        self.pipelined = cfg.rollout.max_staleness > 0
+        """Roll out in a producer thread (`rollout.pipeline`); at max_staleness 0 it is the synchronous loop
+        run through the producer, step after step (what the test of the two's equality sets)."""
+        self.producer: RolloutProducer | None = None
         self.initial_validation: dict[str, float] | None = None
         self.workers: Workers | None = None
         self.runlog: RunLog | None = None
@@ -158,20 +168,54 @@ class Trainer:
         self.policies, self.learners = self.workers.policies, self.workers.learners
 
     def close(self) -> None:
-        """Close the logs and free the Ray workers and pools of a placed run (idempotent)."""
+        """Stop the rollout producer, close the logs and free the Ray workers and pools of a placed run (idempotent)."""
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
         if self.runlog is not None:
             self.runlog.close()
         if self.workers is not None:
             self.workers.close()
 
-    def _next_tasks(self) -> list[int]:
-        """The next B task indices (a new seeded permutation per pass over the data)."""
+    def _tasks_at(self, position: int) -> list[int]:
+        """The B task indices from data position `position` on (a new seeded permutation per pass over the data)."""
         out = []
-        for i in range(self.cursor, self.cursor + self.cfg.rollout.prompts_per_step):
+        for i in range(position, position + self.cfg.rollout.prompts_per_step):
             epoch, pos = divmod(i, self.n_tasks)
             out.append(int(self.task_order(self.cfg.seed + epoch)[pos]))
-        self.cursor += len(out)
         return out
+
+    def _rollout(self, step: int, position: int) -> RolloutBatch:
+        """Step `step`'s batch: the tasks at data position `position`, sampled at the step's seed."""
+        cfg = self.cfg
+        with self.workers.hold():  # no weight push lands inside the batch
+            return rollout(
+                self.envs,
+                self._tasks_at(position),
+                cfg.rollout.group_size,
+                self.serving,
+                self.sampling,
+                seed=cfg.seed * 100_003 + step - 1,
+                **prompt_options(cfg, self.agents),  # validation builds its prompts the same way
+            )
+
+    def _start_producer(self) -> None:
+        """Roll out the remaining steps' batches in a thread, `rollout.max_staleness` steps ahead at most."""
+        step0, cursor0, per_step = self.step, self.cursor, self.cfg.rollout.prompts_per_step
+        threads = self.cfg.threads
+
+        def setup() -> None:
+            if threads > 0:
+                torch.set_num_threads(threads)
+
+        self.producer = RolloutProducer(
+            lambda step: self._rollout(step, cursor0 + (step - step0 - 1) * per_step),
+            first=step0 + 1,
+            last=self.cfg.steps,
+            max_staleness=self.cfg.rollout.max_staleness,
+            trained=step0,
+            setup=setup,
+        )
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self) -> Path:
@@ -196,6 +240,7 @@ class Trainer:
             self.workers.load(name, ckpt["weights"][name], ckpt["learners"][name])
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["state"]["step"])
+        self.workers.set_version(self.step)
         self.cursor = int(ckpt["state"]["cursor"])
         log.info("resumed from %s (step %d)", folder, self.step)
 
@@ -205,16 +250,13 @@ class Trainer:
         cfg = self.cfg
         self.running_step = self.step + 1
         t0, cpu0 = time.perf_counter(), time.process_time()
-        batch = rollout(
-            self.envs,
-            self._next_tasks(),
-            cfg.rollout.group_size,
-            self.serving,
-            self.sampling,
-            seed=cfg.seed * 100_003 + self.step,
-            **prompt_options(cfg, self.agents),  # validation builds its prompts the same way
-        )
+        if self.producer is not None:  # rolled out in the producer thread: wait for it if it is not done
+            batch = self.producer.get(self.step + 1)
+        else:
+            batch = self._rollout(self.step + 1, self.cursor)
+        self.cursor += cfg.rollout.prompts_per_step
         t_rollout = time.perf_counter() - t0
+        stale = self._check_staleness(batch)
         adv_stats = self._advantages(batch)
         t_adv = time.perf_counter() - t0 - t_rollout
         updates: dict[str, dict[str, float]] = {}
@@ -222,11 +264,16 @@ class Trainer:
         for name in self.learners:  # models one after another; each engine synced after its update
             updates[name] = self.workers.update(name, [r for r in batch.records if r.model == name])
             t_sync += self.workers.sync_seconds
-        t_update = time.perf_counter() - t1
         self.step += 1
+        self.workers.publish(self.step)  # with overlap: the push of every engine, between two batches
+        t_sync += self.workers.sync_seconds
+        if self.producer is not None:
+            self.producer.trained(self.step)
+        t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
         row = step_metrics(self.step, batch, updates, self.agents)
         row.update(adv_stats)
+        row.update(stale)
         row.update({"time/rollout": t_rollout, "time/update": t_update, "data/cursor": self.cursor})
         # The parts of a step that are neither generate nor update (benchmarks/step_efficiency.py).
         row.update({"time/prompts": batch.prompt_seconds, "time/advantages": t_adv, "time/sync": t_sync})
@@ -244,6 +291,18 @@ class Trainer:
         if (every > 0 and self.step % every == 0) or self.step == cfg.steps:
             self.save()
         return row
+
+    def _check_staleness(self, batch: RolloutBatch) -> dict[str, float]:
+        """Drop prompt groups with a call over `rollout.max_staleness` versions old; the step's staleness metrics."""
+        k = self.cfg.rollout.max_staleness
+        kept = drop_stale_groups(batch.records, self.step, k)
+        out = staleness_stats(kept, self.step)
+        if len(kept) < len(batch.records):  # the producer's bound should make this impossible
+            dropped = len({r.group_id for r in batch.records}) - len({r.group_id for r in kept})
+            log.warning("step %d: dropped %d prompt groups sampled over %d versions ago", self.step + 1, dropped, k)
+            out["rollout/dropped_groups"] = float(dropped)
+            batch.records = kept
+        return out
 
     def _advantages(self, batch: RolloutBatch) -> dict[str, float]:
         recs = batch.records
@@ -275,9 +334,12 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """The `val/*` metrics of the current weights on the held-out problems, and `time/validate`."""
         t0 = time.perf_counter()
-        result = evaluate_team(
-            self.eval_envs, self.serving, self.sampling, self.cfg.eval, **prompt_options(self.cfg, self.agents)
-        )
+        with self.workers.hold():  # one known weight version for the whole pass (the producer waits)
+            result = evaluate_team(
+                self.eval_envs, self.serving, self.sampling, self.cfg.eval, **prompt_options(self.cfg, self.agents)
+            )
+        if result["weight_versions"] not in ([], [self.step]):
+            raise RuntimeError(f"validation at step {self.step} ran on weight versions {result['weight_versions']}")
         row = metrics_row(result)
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))
@@ -295,7 +357,8 @@ class Trainer:
         With `eval.before_train`, a fresh run first validates the initial weights: that row (step 0,
         `val/*` keys only) goes to metrics.jsonl and `self.initial_validation`.
 
-        The logs are closed and a placed run's workers freed at the end, also on an exception.
+        The rollout producer is stopped, the logs closed and a placed run's workers freed at the end,
+        also on an exception.
 
         Raises:
             WorkerDiedError: a placed run's worker died; it names the worker, this step and the last
@@ -308,6 +371,8 @@ class Trainer:
             if self.cfg.eval.before_train and self.step == 0:
                 self.initial_validation = {"step": 0, **self.validate()}
                 self.runlog.metrics(self.initial_validation)
+            if self.pipelined and self.step < self.cfg.steps:
+                self._start_producer()
             while self.step < self.cfg.steps:
                 row = self.train_step()
                 rows.append(row)

@@ -165,7 +165,9 @@ def evaluate_team(
         The sampled pass in `drmas_envs.evaluate.summarise`'s shape ({"avg@k", "pass@k", "n_problems",
         "by_source"}), plus "k", "agents" (agent -> {"valid", "response_tokens"}), the Verifier's
         "approve_right" / "approve_wrong" where the env reports verdicts, and with `cfg.greedy` "greedy":
-        the greedy pass in the same shape at k = 1, with "answer_acc" where the env reports it.
+        the greedy pass in the same shape at k = 1, with "answer_acc" where the env reports it;
+        "weight_versions": the versions of the weights that served its calls (`CallRecord.weight_version`;
+        one, when no weights were pushed while it ran).
 
     """
     probe = envs[0].unwrapped
@@ -184,13 +186,16 @@ def evaluate_team(
     out: dict[str, Any] = {**summarise(*tally(results, owners, env_id), cfg.k), "k": cfg.k}
     out["agents"] = _per_agent(calls, agents)
     out.update(verdict_metrics(results))
+    versions = {c.weight_version for episode in calls for c in episode}
     if cfg.greedy:
         greedy = {a: replace(s, temperature=0.0, top_p=1.0) for a, s in sampling.items()}
-        results, _, owners = _run(envs, problems, 1, serving, greedy, seed=cfg.seed * 7919 + 2, **run)
+        results, calls, owners = _run(envs, problems, 1, serving, greedy, seed=cfg.seed * 7919 + 2, **run)
+        versions |= {c.weight_version for episode in calls for c in episode}
         out["greedy"] = summarise(*tally(results, owners, env_id), 1)
         loose = [r.info["loose_correct"] for r in results if "loose_correct" in r.info]
         if loose:
             out["greedy"]["answer_acc"] = float(np.mean(loose))
+    out["weight_versions"] = sorted(v for v in versions if v is not None)  # [] where engines are not versioned
     return out
 
 
@@ -211,6 +216,8 @@ def metrics_row(result: Mapping[str, Any]) -> dict[str, float]:
         if "answer_acc" in result["greedy"]:
             row["val/answer_acc"] = result["greedy"]["answer_acc"]
     row["val/n_problems"] = float(result["n_problems"])
+    if len(result.get("weight_versions", [])) == 1:
+        row["val/weight_version"] = float(result["weight_versions"][0])
     return row
 
 

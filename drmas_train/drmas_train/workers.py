@@ -1,27 +1,35 @@
 """One interface for the trainer's models wherever they run: in this process, or in Ray workers.
 
 The trainer's loop touches its models only through `Workers`: `update` one policy on its records,
-`load` a checkpoint, `close`. After `update` and `load` the policy's generation engine holds the
-new weights, so the next rollout is on-policy, in both implementations:
+`publish` the step's weight version, `hold` the engines still (a rollout batch, a validation pass),
+`load` a checkpoint, `close`. In a synchronous run (`rollout.max_staleness` 0), after `update` and
+`load` the policy's generation engine holds the new weights, so the next rollout is on-policy, in
+both implementations:
 
 - `LocalWorkers` (`placement.mode: none`): policies and learners in this process; it pushes the
   weights into the engine itself (`policy_ops.sync_engine`) and reports how long that took.
 - `PlacedWorkers` (`placement.mode: shared | per_agent`): the proxies of `drmas_train.placement`;
   each worker pushes into its own engine inside its update (no weights cross the driver).
 
+With `rollout.max_staleness` >= 1 (`drmas_train.rollout.pipeline`) `LocalWorkers` gives each engine
+a copy of its module and pushes every policy at once in `publish`, between two rollout batches; placed
+workers keep pushing after their update, between two requests.
+
 Both hold `policies` (what rollout and checkpoints read) and `learners` (what checkpoints read).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from drmas_train.config import TrainConfig
 from drmas_train.models.assignment import build_policies
 from drmas_train.policy_ops import load_policy_weights, make_learner, sync_engine
 from drmas_train.records import CallRecord
+from drmas_train.rollout.versions import WeightClock, version_engines
 
 
 class LocalWorkers:
@@ -30,18 +38,44 @@ class LocalWorkers:
     def __init__(self, cfg: TrainConfig, agents: Sequence[str], lora_ranks: dict[str, int]):
         self.policies = build_policies(cfg.models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
         self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+        self.overlap = cfg.rollout.max_staleness > 0
+        """Whether rollouts run while the learners update: engines then have modules of their own."""
+        if self.overlap:
+            from drmas_train.placement.engines import give_engines_their_own_copy
+
+            give_engines_their_own_copy(self.policies, cfg.models.max_gen_batch)
+        self.clock = WeightClock()
+        version_engines(self.policies.values(), self.clock)
         self.sync_seconds = 0.0
-        """Seconds the last `update` spent pushing weights into the engine (part of its wall time)."""
+        """Seconds the last `update` (or `publish`, with overlap) spent pushing weights into the engines."""
         for policy in self.policies.values():
             sync_engine(policy)
 
     def update(self, name: str, records: Sequence[CallRecord]) -> dict[str, float]:
-        """Train policy `name` on its records, then push the new weights into its engine."""
+        """Train policy `name` on its records, then (without overlap) push the new weights into its engine."""
         metrics = self.learners[name].update(records)
         t0 = time.perf_counter()
-        sync_engine(self.policies[name])
+        if not self.overlap:  # the engine is idle: push now, as the synchronous loop always did
+            sync_engine(self.policies[name])
         self.sync_seconds = time.perf_counter() - t0
         return metrics
+
+    def publish(self, version: int) -> None:
+        """The engines now serve weight version `version`; with overlap, push every policy at once, between batches."""
+        t0 = time.perf_counter()
+        if self.overlap:
+            self.clock.push(version, lambda: [sync_engine(p) for p in self.policies.values()])
+        else:
+            self.clock.push(version)
+        self.sync_seconds = time.perf_counter() - t0
+
+    def set_version(self, version: int) -> None:
+        """After a resume: the engines hold the checkpoint's weights, of version `version`."""
+        self.clock.version = version
+
+    def hold(self) -> contextlib.AbstractContextManager[int]:
+        """Keep the engines' weights still while a batch or a validation pass runs (yields their version)."""
+        return self.clock.hold()
 
     def load(self, name: str, weights: dict[str, Any], learner_state: dict[str, Any]) -> None:
         """Load a checkpoint's weights and optimizer state of policy `name`, and sync its engine."""
@@ -75,6 +109,20 @@ class PlacedWorkers:
     def update(self, name: str, records: Sequence[CallRecord]) -> dict[str, float]:
         """Update on every rank of the policy's pool; its workers then sync their engines."""
         return self.learners[name].update(records)
+
+    def publish(self, version: int) -> None:
+        """Nothing to do: each worker pushed into its engine after its update and counts its own versions."""
+
+    def set_version(self, version: int) -> None:
+        """After a resume: every rank's engines hold the checkpoint's weights, of version `version`."""
+        import ray
+
+        ray.get([w.set_version.remote(n, version) for n, p in self.policies.items() for w in p.ranks])
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Nothing to hold on the driver: a worker runs one call at a time (requests and pushes never overlap)."""
+        yield None
 
     def load(self, name: str, weights: dict[str, Any], learner_state: dict[str, Any]) -> None:
         """Load into every rank; the workers sync their engines."""

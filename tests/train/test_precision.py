@@ -40,8 +40,7 @@ def _output_dtypes(model, fn) -> dict[str, set[torch.dtype]]:
     seen: dict[str, set[torch.dtype]] = {"q_proj": set(), "lm_head": set()}
     modules = {"q_proj": model.model.layers[0].self_attn.q_proj, "lm_head": model.lm_head}
     hooks = [
-        m.register_forward_hook(lambda _m, _i, out, name=name: seen[name].add(out.dtype))
-        for name, m in modules.items()
+        m.register_forward_hook(lambda _m, _i, out, name=name: seen[name].add(out.dtype)) for name, m in modules.items()
     ]
     try:
         fn()

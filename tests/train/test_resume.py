@@ -64,3 +64,40 @@ def test_incomplete_checkpoint_is_ignored(tmp_path):
     (root / "step-000002").mkdir()  # a folder without state.json: a save that was cut short
     (root / ".tmp-step-000003-1").mkdir()
     assert latest_checkpoint(root).name == "step-000001"
+
+
+def test_kill_minus_9_with_rollouts_in_flight_loses_no_trained_step(tmp_path):
+    """max_staleness 1: the producer is rolling out the next step whenever a checkpoint lands."""
+    run = tmp_path / "run"
+    staleness = ["--set", "rollout.max_staleness=1", "--set", "learner.old_logprobs=decoupled"]
+    proc = subprocess.Popen(
+        _cli("--run-dir", str(run), "--steps", "200", *staleness), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while latest_checkpoint(run / "checkpoints") is None:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = int(latest_checkpoint(run / "checkpoints").name.split("-")[1])
+    trained = [r["step"] for r in _rows(run) if r["step"] > 0]
+    assert done >= 1 and trained[-1] <= done + 1  # at most the step after the checkpoint was logged
+    out = subprocess.run(
+        _cli("--run-dir", str(run), "--resume", "--steps", str(done + 1), *staleness),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = _rows(run)
+    # Every trained step is there once; the resumed run went on from the checkpoint, not from scratch.
+    assert [r["step"] for r in rows] == [0, *range(1, done + 2)]
+    assert rows[-1]["data/cursor"] == (done + 1) * 2
+    # The in-flight batch was rolled out again with the checkpoint's weights: not stale at all.
+    assert rows[-1]["rollout/staleness_max"] == 0.0
+    assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 1:06d}"

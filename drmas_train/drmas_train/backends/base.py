@@ -70,6 +70,9 @@ class Generation:
     logprobs: list[float]
     text: str
     finish_reason: str = "stop"  # "stop" (EOS) or "length" (max_new_tokens reached)
+    version: int | None = None
+    """The weight version that sampled it, stamped by whoever versions the engine (`rollout.versions`,
+    a placed worker); None where nobody does."""
 
 
 @runtime_checkable

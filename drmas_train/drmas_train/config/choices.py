@@ -20,7 +20,7 @@ BackendName = Literal["auto", "transformers", "vllm"]
 """Generation engines."""
 Forward = Literal["auto", "plain", "shared_prefix"]
 """How the learner runs a micro-batch's forward pass."""
-OldLogprobs = Literal["recompute", "sampled"]
+OldLogprobs = Literal["recompute", "sampled", "decoupled"]
 """Where the PPO ratio's denominator comes from."""
 LossAgg = Literal["token_mean", "micro_token_mean"]
 """How the per-token losses of a mini-batch become one loss."""

@@ -47,7 +47,14 @@ class PPOConfig:
     one of long replies, and the gradient norm changes with the micro-batch size (docs/gpus.md,
     "Loss aggregation"). The paper presets use micro_token_mean."""
     old_logprobs: OldLogprobs = "recompute"
-    """"recompute" (learner's own pre-update log-probs, as verl) or "sampled" (the records' sampling log-probs)."""
+    """The PPO ratio's denominator: "recompute" (the learner's own pre-update log-probs, as verl), "sampled"
+    (the records' sampling log-probs: the behaviour policy, so the ratio also corrects a sampler/learner
+    mismatch or stale samples), or "decoupled" (AReaL's decoupled PPO for `rollout.max_staleness` >= 1: the
+    ratio against the pre-update log-probs, each token weighted by pre-update / sampling probability)."""
+    behaviour_weight_cap: float | None = 5.0
+    """With old_logprobs decoupled: tokens whose weight pi_prox / pi_behaviour exceeds this are left out of the
+    loss, so a token the engine sampled at a much lower probability than the learner now gives it cannot
+    dominate (AReaL's behaviour-weight cap does the same). None: no cap. Not in the reference (synchronous)."""
     forward: Forward = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
     prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
@@ -77,6 +84,8 @@ class PPOConfig:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"dual_clip must be > 1 (or None), got {self.dual_clip}")
+        if self.behaviour_weight_cap is not None and self.behaviour_weight_cap <= 1:
+            raise ValueError(f"behaviour_weight_cap must be > 1 (or None), got {self.behaviour_weight_cap}")
         if self.grad_clip <= 0 or self.kl_coef < 0 or self.entropy_coef < 0 or self.logits_chunk_mib <= 0:
             raise ValueError("grad_clip and logits_chunk_mib must be > 0; kl_coef and entropy_coef >= 0")
         self.betas = tuple(self.betas)  # YAML gives lists

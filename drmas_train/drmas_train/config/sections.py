@@ -94,9 +94,16 @@ class RolloutConfig:
     """Which part of an over-long prompt is cut, as verl's `data.truncation`: middle (keep the head, the system
     prompt, and the tail, the latest context), left (keep the tail), right (keep the head) or error (stop the
     run). Reference: middle for math, left for search. A reply prefix is appended after the cut, never cut."""
+    max_staleness: int = 0
+    """k: how many weight versions older than the weights being trained a sample may be. 0: the synchronous
+    loop (generate, then update, then push). k >= 1: a producer thread rolls out the next k steps while
+    the learner updates (docs/async.md), and `learner.old_logprobs` must be decoupled or sampled. The
+    reference has no asynchronous path, so its presets keep 0."""
 
     def __post_init__(self) -> None:
         check_choices(self, "rollout")
+        if self.max_staleness < 0:
+            raise ValueError(f"rollout.max_staleness must be >= 0, got {self.max_staleness}")
 
 
 @dataclass

@@ -62,6 +62,12 @@ class TrainConfig:
             raise ValueError("steps must be >= 0")
         if self.epochs is not None and self.epochs <= 0:
             raise ValueError(f"epochs must be > 0 (or null), got {self.epochs}")
+        if self.rollout.max_staleness > 0 and self.learner.old_logprobs == "recompute":
+            raise ValueError(
+                f"rollout.max_staleness {self.rollout.max_staleness} trains on samples of older weights: set "
+                "learner.old_logprobs to decoupled (AReaL's decoupled PPO) or sampled (the behaviour log-prob as "
+                "the ratio's denominator); recompute would treat them as the current policy's"
+            )
         if self.reference is not None:
             check_names_its_data(self)
         resolve_max_model_len(self)  # the engines' context, from the prompt and response caps

@@ -100,6 +100,22 @@ def ppo_token_losses(
     return loss, info
 
 
+def behaviour_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float | None
+) -> torch.Tensor:
+    """Decoupled PPO's per-token weights pi_prox / pi_behaviour [B, R] (no grad; 0 off the mask and above `cap`).
+
+    The PPO loss of a token sampled by an older (behaviour) policy is clipped against the proximal policy
+    and weighted by this ratio (Hilton et al. 2022; AReaL's asynchronous PPO), so stale samples are
+    importance-corrected without letting the clip range follow the behaviour policy.
+    """
+    diff = torch.where(mask, prox_logp.detach() - behaviour_logp, 0.0)
+    weights = torch.exp(diff)
+    if cap is not None:
+        weights = torch.where(weights > cap, 0.0, weights)
+    return torch.where(mask, weights, 0.0)
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1 >= 0."""
     d = ref_logp - logp

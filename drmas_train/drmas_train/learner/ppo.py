@@ -12,6 +12,9 @@ Choices stated once:
   moved yet, so they equal the current log-probs detached and no extra forward pass is needed;
   otherwise a no-grad pass computes them first. "sampled" uses the records' sampling log-probs, so
   the ratio also corrects a sampler/learner mismatch (e.g. a bf16 vLLM engine).
+  "decoupled" (for asynchronous runs, `rollout.max_staleness` >= 1; AReaL's decoupled PPO): the ratio
+  against the pre-update log-probs (the proximal policy), each token's loss weighted by
+  pi_prox / pi_behaviour from the records' sampling log-probs (`loss.behaviour_weights`).
 - Temperature: every call is scored under softmax(logits / T) at its own sampling temperature T
   (`CallRecord.score_temperature`; 1 for greedy calls), as the reference (verl) divides the logits by
   the rollout temperature: log-probs, old and reference log-probs and entropy alike. Agents with
@@ -48,7 +51,7 @@ from drmas_train.config import PPOConfig
 from drmas_train.learner.adapters import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
 from drmas_train.learner.distributed import DataParallel, full_tensor
 from drmas_train.learner.forward import Scores, score
-from drmas_train.learner.loss import kl_k3, ppo_token_losses
+from drmas_train.learner.loss import behaviour_weights, kl_k3, ppo_token_losses
 from drmas_train.learner.metrics import UpdateMetrics
 from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
 from drmas_train.learner.precision import compute_in, resolve_compute_dtype
@@ -160,7 +163,7 @@ class Learner:
             return metrics.result(n_samples=0)
         with self._learning():
             old: dict[int, torch.Tensor] = {}
-            if cfg.old_logprobs == "recompute" and not (cfg.ppo_epochs == 1 and cfg.mini_batches == 1):
+            if cfg.old_logprobs != "sampled" and not (cfg.ppo_epochs == 1 and cfg.mini_batches == 1):
                 old = self._recompute_old(records)  # the policy moves within this update
             rng = np.random.default_rng(cfg.seed + self.steps)
             for _ in range(cfg.ppo_epochs):
@@ -220,6 +223,9 @@ class Learner:
         pg, info = ppo_token_losses(
             logp, old_logp, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip
         )
+        if cfg.old_logprobs == "decoupled":  # old_logp is the proximal policy's; weight by prox / behaviour
+            behaviour = _sampled_logprobs(micro, logp.shape, logp.device)
+            pg = pg * behaviour_weights(old_logp, behaviour, out.mask, cfg.behaviour_weight_cap)
         loss, kl = pg, None
         if cfg.kl_coef > 0:
             kl = kl_k3(logp, self._ref_logprobs(micro))
@@ -232,7 +238,7 @@ class Learner:
             total = total * 0.0
         total.backward()
         if metrics is not None:
-            gap = _sampler_kl(micro, old_logp, out.mask) if cfg.old_logprobs == "recompute" else None
+            gap = _sampler_kl(micro, old_logp, out.mask) if cfg.old_logprobs != "sampled" else None
             metrics.add_tokens(maskf, loss=loss, pg=pg, ent=out.entropy, kl=kl, info=info, sampler_kl=gap)
 
     def _clip_and_step(self) -> tuple[float, dict[str, float]]:

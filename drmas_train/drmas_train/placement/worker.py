@@ -37,6 +37,7 @@ class PolicyWorker:
         self.sharded = strategy == "fsdp" and world_size > 1
         self.generates = generates(rank, rollout_ranks)
         self.rows_generated = 0
+        self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) its engine holds
         models = cfg.models
         engine_actors = uses_engine_actors(models.backend, world_size, rank, rollout_ranks)
         if not self.generates or engine_actors:  # the transformers wrapper shares its module and costs nothing
@@ -103,11 +104,18 @@ class PolicyWorker:
         return {n: {"agents": p.agents, "adapter": p.adapter, "path": str(p.path)} for n, p in self.policies.items()}
 
     def generate(self, name: str, prompts, sampling, adapters, seed):
-        """Sample this rank's share of a rollout round with policy `name`'s engine."""
+        """Sample this rank's share of a rollout round with policy `name`'s engine, stamped with its weight version."""
         if not self.generates:
             raise RuntimeError(f"rank {self.rank} holds no engine (placement.rollout_ranks: first)")
         self.rows_generated += len(prompts)
-        return self.policies[name].backend.generate(prompts, sampling, adapters=adapters, seed=seed)
+        gens = self.policies[name].backend.generate(prompts, sampling, adapters=adapters, seed=seed)
+        for gen in gens:  # this actor runs one call at a time: no push can land inside this request
+            gen.version = self.versions.get(name, 0)
+        return gens
+
+    def set_version(self, name: str, version: int) -> None:
+        """The weight version policy `name`'s engine holds (after a resume: the checkpoint's step)."""
+        self.versions[name] = version
 
     def generated(self) -> int:
         """How many prompts this rank has sampled since it started (what tests and logs check)."""
@@ -117,6 +125,7 @@ class PolicyWorker:
         """Train policy `name` on its records, then push the new weights into the worker's engine."""
         metrics = self.learners[name].update(records)
         self._sync(name)
+        self.versions[name] = self.versions.get(name, 0) + 1
         return metrics
 
     def weights(self, name: str) -> dict[str, Any]:

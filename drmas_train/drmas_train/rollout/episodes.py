@@ -179,6 +179,7 @@ def rollout(
                     adapter=policy.adapter,
                     text=gen.text,
                     temperature=sampling[agent].temperature,  # the learner scores at it
+                    weight_version=gen.version,
                     extra={
                         "system": obs["system"],
                         "user": obs["user"],

@@ -1,0 +1,38 @@
+"""benchmarks/async_bench.py: the pipeline model by hand, and one measured run of the smoke preset."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pipeline_model_by_hand():
+    bench = load("async_bench")
+    p = bench.Phases(generate=6.0, score=1.0, update=3.0, push=0.5)
+    assert bench.sync_step_s(p) == 10.5
+    # The rollout hides the score and the update: the step is the rollout plus the push.
+    assert bench.pipelined_step_s(rollout=6.0, update=3.0, score=1.0, push=0.5) == 6.5
+    # A learner-bound step: the rollout is hidden instead.
+    assert bench.pipelined_step_s(rollout=2.0, update=8.0, score=1.0, push=0.0) == 9.0
+    assert bench.cpu_bounds(p) == (6.5, 10.5)
+
+
+def test_one_run_measures_steps_and_staleness(tmp_path):
+    bench = load("async_bench")
+    run = bench.one_run("smoke", 1, 3, None)
+    assert run["k"] == 1 and len(run["walls"]) == 3 and all(w > 0 for w in run["walls"])
+    assert [r["rollout/staleness_mean"] for r in run["rows"]] == [0.0, 1.0, 1.0]
+    phases = bench.phases_of([{**bench.one_run("smoke", 0, 2, None)}])
+    assert phases.generate > 0 and phases.update > 0 and phases.push >= 0
+    assert bench.summary({"runs": [run, {**run, "k": 0}]})["speedup"][1] == pytest.approx(1.0)
