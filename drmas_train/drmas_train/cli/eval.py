@@ -24,7 +24,7 @@ from typing import Any
 
 from drmas_envs.cli import EVAL_DEFAULTS, add_eval_arguments
 from drmas_envs.evaluate import result_table
-from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices
+from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices, default_preset
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
             raise ValueError("--preset goes with --model; a checkpoint's run sets everything (--checkpoint)")
         folder, base = checkpoint_paths(args.checkpoint)
     else:
-        folder, base = None, args.preset or "cpu"
+        folder, base = None, args.preset or default_preset(args.env)
     cfg = build_config(str(base), _overrides(args, []))
     own = [a for a, o in cfg.agents.items() if o.max_new_tokens is not None or o.stop is not None]
     if own and (args.max_new_tokens is not None or args.stop is not None):
