@@ -51,7 +51,8 @@ def test_the_search_default_trains_a_couple_of_steps(tmp_path):
     train = [r for r in rows if "reward/team" in r]
     assert [r["step"] for r in train] == [1, 2]
     val = [r for r in rows if "val/avg@2" in r]
-    assert [r["step"] for r in val] == [0, 2] and all("val/world-single-hop/avg@2" in r and "val/valid/search" in r for r in val)
+    assert [r["step"] for r in val] == [0, 2]
+    assert all("val/world-single-hop/avg@2" in r and "val/valid/search" in r for r in val)
     assert not any("val/world-multi-hop/avg@2" in r for r in val)  # the default trains and validates on single hops
     for agent in ("search", "answer"):
         assert all(f"groups/{agent}/zero_var_share" in r for r in train)

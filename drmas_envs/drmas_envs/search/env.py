@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drmas_envs.env import WorkflowEnv
-from drmas_envs.provenance import TaskSet
 from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template_fields
+from drmas_envs.provenance import TaskSet
 from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
@@ -123,7 +123,9 @@ class SearchConfig:
         if self.hops is not None and (not self.hops or set(self.hops) - set(HOP_SOURCES)):
             raise ValueError(f"hops must be a non-empty list of {sorted(HOP_SOURCES)}, not {self.hops!r}")
         if self.hops is not None and self.dataset not in WORLD_NAMES:
-            raise ValueError(f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts")
+            raise ValueError(
+                f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts"
+            )
         if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0:
             raise ValueError("max_steps and topk must be at least 1, history_steps at least 0")
 
