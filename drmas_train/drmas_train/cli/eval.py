@@ -43,7 +43,11 @@ def eval_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", default=None, help="runs/<run>/checkpoints/step-N, or a run dir (its latest)")
     src.add_argument("--model", default=None, help="HF id, local folder or tiny name, for every agent")
-    p.add_argument("--preset", default=None, help="with --model: the preset that sets the rest (default: cpu)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="with --model: the preset that sets the rest (default: cpu; cpu-search for --env search-*)",
+    )
     p.add_argument("--env", default=None, help=f"env id, e.g. math-2agent (default: {_FROM_RUN})")
     add_eval_arguments(p, dict.fromkeys(EVAL_DEFAULTS), unset=_FROM_RUN)
     p.add_argument("--max-prompt-tokens", type=int, default=None, help="longer prompts are cut (--truncation)")
