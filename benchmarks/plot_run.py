@@ -17,12 +17,14 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PANELS = [
-    ("team reward and accuracy", ["reward/team", "accuracy"]),
-    ("per-agent reward (team reward - penalties + bonuses)", ["reward/solver", "reward/verifier"]),
-    ("well-formed calls (share)", ["valid/solver", "valid/verifier"]),
-    ("pre-clip gradient norm", ["grad_norm/shared"]),
-]
+TEAM = ("team reward and accuracy", ["reward/team", "accuracy"])
+PER_AGENT = (
+    ("per-agent reward (team reward - penalties + bonuses)", "reward/"),
+    ("well-formed calls (share)", "valid/"),
+    ("pre-clip gradient norm", "grad_norm/"),
+)
+NOT_AGENTS = ("team", "mean")
+"""`reward/team` and `reward/mean` are the team's, not an agent's."""
 VERDICTS = ("Verifier: approval of right / wrong attempts", ["approve_right", "approve_wrong"])
 GROUPS = (
     (
@@ -35,6 +37,24 @@ VALIDATION = (
     "held-out validation (before step 1 and every eval.every steps)",
     ("val/avg@", "val/pass@", "val/answer_acc"),
 )
+VAL_DETAIL = "held-out validation per source (avg@k) and well-formed calls per agent"
+
+
+def agent_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    """Per-agent reward, validity and grad norm, for the agents (or models) the run logged."""
+    out = []
+    for title, prefix in PER_AGENT:
+        keys = sorted({k for r in rows for k in r if k.startswith(prefix) and k.count("/") == 1})
+        keys = [k for k in keys if k.split("/", 1)[1] not in NOT_AGENTS]
+        if keys:
+            out.append((title, keys))
+    return out
+
+
+def validation_detail(rows: list[dict]) -> list[str]:
+    """Per-source avg@k (`val/<source>/avg@k`, e.g. per hop count) and `val/valid/<agent>`."""
+    keys = {k for r in rows for k in r if k.startswith("val/") and k.count("/") == 2}
+    return sorted(k for k in keys if "/avg@" in k or k.startswith("val/valid/"))
 
 
 def group_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
@@ -53,10 +73,17 @@ def main() -> None:
     rows = [json.loads(line) for line in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
     val_keys = sorted({k for r in rows for k in r if k.startswith(VALIDATION[1])})
     has_verdicts = any(k in r for r in rows for k in VERDICTS[1])
-    panels = PANELS + ([VERDICTS] if has_verdicts else []) + group_panels(rows)
+    detail = validation_detail(rows)
+    panels = [TEAM, *agent_panels(rows)] + ([VERDICTS] if has_verdicts else []) + group_panels(rows)
     panels += [(VALIDATION[0], val_keys)] if val_keys else []
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
-    for ax, (title, keys) in zip(axes, panels):
+    panels += [(VAL_DETAIL, detail)] if detail else []
+    val_keys = val_keys + detail
+    cols = min(4, len(panels))
+    n_rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(5 * cols, 3.6 * n_rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (title, keys) in zip(axes.flat, panels):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if key in r]
             if key in val_keys and pts:  # a few points: drawn as they are, with markers

@@ -18,12 +18,16 @@ from typing import Any
 
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template_fields
+from drmas_envs.provenance import TaskSet
 from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
 from drmas_envs.search.workflows import OneAgentSearch, SearchWorkflow, ThreeAgentSearch, TwoAgentSearch
 from drmas_envs.search.world import generate_world
 from drmas_envs.workflow import PromptTemplate
+
+HOP_SOURCES = {1: "world-single-hop", 2: "world-multi-hop"}
+"""The generated world's question sources by hop count (`SearchConfig.hops`)."""
 
 WORKFLOWS: dict[int, type[SearchWorkflow]] = {1: OneAgentSearch, 2: TwoAgentSearch, 3: ThreeAgentSearch}
 
@@ -88,6 +92,15 @@ class SearchConfig:
     prompts_file: str | None = None
     """A JSON or YAML file of per-role templates ({role: {system, user[, reply_prefix]}}) over the layout's, for
     any prompt set (e.g. the reference's own); checked when the env is made (`drmas_envs.prompt_files`)."""
+    open_tags: bool = False
+    """The env writes the opening tag of each reply for the model (`reply_prefix`): `<search>` for the Search
+    agent, `<answer>` for the Answer agent, `<verify>` for the Verifier; one agent: `<search>` while searches
+    are left, `<answer>` at the last call. A small model then only writes the query or answer and its closing
+    tag, so the format is reachable (SmolLM2-135M writes no tag on its own at first). The 2-agent Search agent
+    can no longer hand over early (`<done>`): it searches every step left. Off in the paper presets."""
+    hops: list[int] | None = None
+    """The generated world only: keep questions of these hop counts (1: single-hop, 2: multi-hop), e.g. [1]
+    to train on single-hop questions first; None: all. The paper trains on NQ + HotpotQA (None)."""
     max_query_chars: int = 512
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
@@ -107,6 +120,12 @@ class SearchConfig:
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if self.hops is not None and (not self.hops or set(self.hops) - set(HOP_SOURCES)):
+            raise ValueError(f"hops must be a non-empty list of {sorted(HOP_SOURCES)}, not {self.hops!r}")
+        if self.hops is not None and self.dataset not in WORLD_NAMES:
+            raise ValueError(
+                f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts"
+            )
         if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0:
             raise ValueError("max_steps and topk must be at least 1, history_steps at least 0")
 
@@ -151,6 +170,11 @@ def _prompts(cfg: SearchConfig, n_agents: int, roles: tuple[str, ...]) -> dict[s
     if cfg.require_think:  # the roles whose format check reads the think block are told about it
         for role in set(roles) - {"verifier"}:
             out[role] = search_prompts.with_think(out[role], in_user=reference)
+    if cfg.open_tags:
+        if n_agents == 2:  # the Search agent always searches: its prompt stops offering the <done> hand-over
+            out["search"] = search_prompts.LAYOUTS[cfg.prompt_layout][3]["search"]
+        for role in set(roles) & set(search_prompts.OPENING_TAGS):
+            out[role] = dataclasses.replace(out[role], reply_prefix=search_prompts.OPENING_TAGS[role])
     if cfg.prompts_file is not None:
         out.update(load_prompts_file(cfg.prompts_file, roles, search_prompts.CONTEXT_FIELDS))
     out.update(_templates(cfg.prompts, roles))
@@ -160,6 +184,13 @@ def _prompts(cfg: SearchConfig, n_agents: int, roles: tuple[str, ...]) -> dict[s
             f"to it{f' in {cfg.prompts_file}' if cfg.prompts_file else ''} or turn the option off"
         )
     return out
+
+
+def _with_hops(tasks: TaskSet, hops: list[int]) -> TaskSet:
+    """The world's questions of the given hop counts, in their order, the provenance saying so."""
+    keep = {HOP_SOURCES[h] for h in hops}
+    items = [q for q in tasks if q["source"] in keep]
+    return TaskSet(items, {**tasks.provenance, "hops": sorted(set(hops)), "n": len(items)})
 
 
 class _Factory:
@@ -185,6 +216,8 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
     cfg = SearchConfig(**kwargs)
     cls = WORKFLOWS[n_agents]
     tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir)
+    if cfg.hops is not None:
+        tasks = _with_hops(tasks, cfg.hops)
     factory = _Factory(
         cls,
         retriever=resolve_retriever(cfg),

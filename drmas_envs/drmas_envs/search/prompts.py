@@ -154,6 +154,10 @@ LAYOUTS = {
 }
 """The built-in prompt sets, by `prompt_layout` and number of agents."""
 
+OPENING_TAGS = {"search": "<search>", "answer": "<answer>", "verifier": "<verify>", "searcher": "<search>"}
+"""The reply each role's call opens with when the env writes it (`open_tags`); the one-agent searcher's last
+call opens with `<answer>` instead (`OneAgentSearch.reply_prefix`)."""
+
 CONTEXT_FIELDS = ("question", "history", "n_searches", "searches_left", "step", "max_steps", "verifier_output")
 """The fields every user template may use (see the module docstring)."""
 

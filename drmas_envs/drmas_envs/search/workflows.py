@@ -283,6 +283,11 @@ class OneAgentSearch(SearchWorkflow):
     def searches_left(self) -> int:
         return max(0, self.max_steps - 1 - len(self.history))
 
+    def reply_prefix(self, role: str) -> str:
+        """An opened `<search>` becomes `<answer>` at the last call, where a search is malformed."""
+        prefix = super().reply_prefix(role)
+        return "<answer>" if prefix == "<search>" and self.searches_left == 0 else prefix
+
     def parse(self, role: str, text: str) -> Parsed:
         parsed = parsing.parse_action(text, ("search", "answer"), self.max_query_chars)
         if parsed.valid and parsed.value[0] == "search" and self.searches_left == 0:

@@ -65,7 +65,9 @@ def train_parser() -> ArgParser:
         "--section.field value (e.g. --learner.lr 1e-5); `--help-config` lists them all with their help. "
         "Exit status: 1 a data or model error, 2 a usage, config or env error.",
     )
-    p.add_argument("--preset", default=None, help="a shipped preset or a YAML file (default: cpu)")
+    p.add_argument(
+        "--preset", default=None, help="a shipped preset or a YAML file (default: cpu; cpu-search for --env search-*)"
+    )
     p.add_argument("--env", default=None, help="env.id: a registered env id (e.g. math-2agent) or module:factory")
     p.add_argument("--steps", type=int, default=None, help="training steps")
     estimators = "; ".join(f"{name}: {spec.help}" for name, spec in ESTIMATORS.items())

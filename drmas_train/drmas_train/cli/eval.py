@@ -24,7 +24,7 @@ from typing import Any
 
 from drmas_envs.cli import EVAL_DEFAULTS, add_eval_arguments
 from drmas_envs.evaluate import result_table
-from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices
+from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices, default_preset
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,11 @@ def eval_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", default=None, help="runs/<run>/checkpoints/step-N, or a run dir (its latest)")
     src.add_argument("--model", default=None, help="HF id, local folder or tiny name, for every agent")
-    p.add_argument("--preset", default=None, help="with --model: the preset that sets the rest (default: cpu)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="with --model: the preset that sets the rest (default: cpu; cpu-search for --env search-*)",
+    )
     p.add_argument("--env", default=None, help=f"env id, e.g. math-2agent (default: {_FROM_RUN})")
     add_eval_arguments(p, dict.fromkeys(EVAL_DEFAULTS), unset=_FROM_RUN)
     p.add_argument("--max-prompt-tokens", type=int, default=None, help="longer prompts are cut (--truncation)")
@@ -118,7 +122,7 @@ def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
             raise ValueError("--preset goes with --model; a checkpoint's run sets everything (--checkpoint)")
         folder, base = checkpoint_paths(args.checkpoint)
     else:
-        folder, base = None, args.preset or "cpu"
+        folder, base = None, args.preset or default_preset(args.env)
     cfg = build_config(str(base), _overrides(args, []))
     own = [a for a, o in cfg.agents.items() if o.max_new_tokens is not None or o.stop is not None]
     if own and (args.max_new_tokens is not None or args.stop is not None):

@@ -1,6 +1,7 @@
 """`drmas-train`: train a team of LLM agents with Dr. MAS, evaluate one (`drmas-train eval`), or plan a run (`plan`).
 
 drmas-train --env math-2agent                       # the cpu preset (SmolLM2, offline)
+drmas-train --env search-2agent                     # the cpu-search preset (SmolLM2, the generated world)
 drmas-train --preset smoke --run-dir runs/smoke     # a tiny model, 2 steps
 drmas-train --preset cpu --steps 5 --set learner.lr=1e-5 --agents.verifier.temperature 0.7
 drmas-train --run-dir runs/cpu --resume             # continue after a crash or kill -9
@@ -24,19 +25,19 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from drmas_train.cli.args import CONFIG_ERRORS, SETUP_ERRORS, parse_train_args, report_error
-from drmas_train.config import build_config
+from drmas_train.config import build_config, default_preset
 
 console = Console(stderr=True)
 
 
 def _preset_for(args: argparse.Namespace, overrides: dict[str, Any]) -> str:
-    """The explicit preset; on --resume the run's own config.yaml; else the cpu preset."""
+    """The explicit preset; on --resume the run's own config.yaml; else the env's CPU default (`default_preset`)."""
     if args.preset:
         return args.preset
     run_dir = overrides.get("log.run_dir")
     if args.resume and run_dir and (Path(run_dir) / "config.yaml").is_file():
         return str(Path(run_dir) / "config.yaml")
-    return "cpu"
+    return default_preset(overrides.get("env.id"))
 
 
 def _val_summary(row: dict[str, Any]) -> str:

@@ -165,17 +165,18 @@ def load_preset(name: str) -> dict[str, Any]:
 def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the preset, then `overrides` (a dict of dotted keys to values).
 
-    Switching `env.id` away from the preset's env drops the preset's `env.kwargs` (options of the other
-    env) unless the overrides set some, and always its `agents` section (settings of the other env's
-    roles: the cpu preset's 8-token math Verifier would cripple search-3agent's Verifier); per-agent
-    overrides given with the switch apply.
+    Switching `env.id` to another family's env (math-* to search-*) drops the preset's `env.kwargs` (options
+    of the other env) unless the overrides set some; within a family (search-2agent to search-3agent) they
+    are kept, as its envs share their options. Any switch drops the preset's `agents` section (settings of
+    the other env's roles: the cpu preset's 8-token math Verifier would cripple search-3agent's Verifier);
+    per-agent overrides given with the switch apply.
     """
     data = load_preset(preset) if preset else {}
     overrides = dict(overrides or {})
     env = data.get("env") or {}
     new_id = overrides.get("env.id")
     if new_id is not None and new_id != env.get("id"):
-        if not any(k.startswith("env.kwargs") for k in overrides):
+        if _family(new_id) != _family(env.get("id")) and not any(k.startswith("env.kwargs") for k in overrides):
             env.pop("kwargs", None)
         data.pop("agents", None)
     for key, value in (overrides or {}).items():
@@ -183,6 +184,16 @@ def build_config(preset: str | None = "cpu", overrides: dict[str, Any] | None = 
         set_dotted(nested, key, value)
         data = _merge(data, nested)
     return from_dict(TrainConfig, data)
+
+
+def _family(env_id: str | None) -> str | None:
+    """The env family of a built-in id ("search-3agent" -> "search"); other ids are their own family."""
+    return env_id.rsplit("-", 1)[0] if env_id and env_id.endswith("agent") else env_id
+
+
+def default_preset(env_id: str | None) -> str:
+    """The preset a run without `--preset` starts from: `cpu-search` for the search envs, else `cpu` (math)."""
+    return "cpu-search" if _family(env_id) == "search" else "cpu"
 
 
 RECORDS = ("description", "data_provenance")
