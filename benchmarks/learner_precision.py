@@ -10,7 +10,7 @@ preset's lr) and torch's default threads:
 - update time: `Learner.update` (forward, backward, AdamW step) on a fresh copy of the weights, the
   settings alternating float32 / bfloat16 for `repeats` rounds after one warm-up each, median reported;
 - gradient agreement: the gradient of the same loss on the same weights under each setting, cosine of
-  the whole flattened gradient and the largest per-tensor relative difference;
+  the whole flattened gradient (in float64) and the largest per-tensor relative difference;
 - log-prob agreement: the largest |log p_bf16 - log p_fp32| over the batch's response tokens.
 Writes the figures to `--out` (JSON) and prints them with the CPU and the load average.
 """
@@ -91,8 +91,8 @@ def measure(records_path: Path, repeats: int) -> dict:
         "update_s": {d: [round(t, 3) for t in times[d]] for d in settings},
         "update_s_median": {d: round(med[d], 3) for d in settings},
         "bf16_over_fp32": round(med["bfloat16"] / med["float32"], 3),
-        "grad_cosine": float(torch.nn.functional.cosine_similarity(g32, g16, dim=0)),
-        "grad_norm_ratio": float(g16.norm() / g32.norm()),
+        "grad_cosine": float((g32.double() @ g16.double()) / (g32.double().norm() * g16.double().norm())),
+        "grad_norm_ratio": float(g16.double().norm() / g32.double().norm()),
         "worst_tensor_rel_diff": worst,
         "max_abs_logp_diff": dlogp,
         "torch_threads": torch.get_num_threads(),
