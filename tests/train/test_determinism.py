@@ -82,7 +82,7 @@ def _short_cpu_run(run_dir) -> list[dict]:
 
 def _repeatable(row: dict) -> dict:
     """A metrics row without wall times and memory (they are the machine's, not the run's)."""
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "mem/")) and not k.endswith("_per_s")}
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "mem/")) and not k.endswith("per_s")}
 
 
 @pytest.mark.slow
