@@ -143,14 +143,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {"cpu": cpu_line(), "preset": args.preset, "steps": args.steps, "runs": runs}
 
 
-def plan_phases(preset: str, ranks: int, dtype: str | None) -> tuple[float, float]:
+VARIANTS = {
+    "": {},  # the preset as shipped: bf16 compute over fp32 master weights (learner.compute_dtype: bfloat16)
+    " fp32": {"learner.compute_dtype": "float32"},  # an fp32 learner
+    " bf16 weights": {"models.dtype": "bfloat16"},  # bf16 weights, no fp32 master
+}
+"""The learner settings each preset is projected with (a suffix of its name: its overrides)."""
+
+
+def plan_phases(preset: str, ranks: int, over: dict[str, Any]) -> tuple[float, float]:
     """(rollout s, learner s) per step of `preset` on a shared pool of `ranks` GPUs: `drmas-train plan`'s estimate."""
     from drmas_train.config import build_config
     from drmas_train.plan import build_plan
 
-    over: dict[str, Any] = {"placement.shared_pool.ranks": ranks}
-    if dtype:
-        over["models.dtype"] = dtype
+    over = {"placement.shared_pool.ranks": ranks, **over}
     est = build_plan(build_config(preset, over), preset=preset, offline=True, sample=16)["estimate"]
     return est["rollout_s_per_step"], est["learner_s_per_step"]
 
@@ -160,19 +166,19 @@ def project(presets=PAPER_PRESETS, devices: int = 4) -> dict[str, Any]:
 
     Synchronous: rollout and learner each on all `devices` GPUs (the presets' shared pool). Pipelined:
     rollout on r GPUs, the learner on the other devices - r, each phase's time estimated by the plan at
-    that many GPUs (decoding is memory-bound, so it does not scale linearly). As configured (an fp32
-    learner) and with bf16 weights (`models.dtype=bfloat16`), where the learner is far faster.
+    that many GPUs (decoding is memory-bound, so it does not scale linearly). Each learner setting of
+    `VARIANTS`.
     """
     out: dict[str, Any] = {}
     for preset in presets:
-        for dtype in (None, "bfloat16"):
-            at = {r: plan_phases(preset, r, dtype) for r in range(1, devices + 1)}
+        for suffix, over in VARIANTS.items():
+            at = {r: plan_phases(preset, r, over) for r in range(1, devices + 1)}
             sync = Phases(generate=at[devices][0], score=0.0, update=at[devices][1], push=0.0)
             splits = {}
             for r in range(1, devices):
                 t = pipelined_step_s(rollout=at[r][0], update=at[devices - r][1], score=0.0, push=0.0)
                 splits[f"{r}/{devices - r}"] = round(sync_step_s(sync) / t, 2)
-            out[f"{preset}{' bf16' if dtype else ''}"] = {"sync_phases": sync.__dict__, "speedup_by_split": splits}
+            out[preset + suffix] = {"sync_phases": sync.__dict__, "speedup_by_split": splits}
     return out
 
 

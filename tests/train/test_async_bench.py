@@ -1,20 +1,15 @@
 """benchmarks/async_bench.py: the pipeline model by hand, and one measured run of the smoke preset."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / f"{name}.py")
 
 
 def test_the_pipeline_model_by_hand():

@@ -21,10 +21,10 @@ def _cli(*args):
     return [sys.executable, "-m", "drmas_train", "--preset", "smoke", *args]
 
 
-def test_kill_minus_9_then_resume(tmp_path):
-    run = tmp_path / "run"
+def _kill_after_first_checkpoint(run, *args) -> int:
+    """Start a 200-step smoke run, kill -9 it once a checkpoint exists; the checkpoint's step."""
     proc = subprocess.Popen(
-        _cli("--run-dir", str(run), "--steps", "200"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        _cli("--run-dir", str(run), "--steps", "200", *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 300
@@ -38,7 +38,12 @@ def test_kill_minus_9_then_resume(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    done = int(latest_checkpoint(run / "checkpoints").name.split("-")[1])
+    return int(latest_checkpoint(run / "checkpoints").name.split("-")[1])
+
+
+def test_kill_minus_9_then_resume(tmp_path):
+    run = tmp_path / "run"
+    done = _kill_after_first_checkpoint(run)
     assert 1 <= done < 200
     # Resume for one more step: the run continues at the checkpoint's step, data position and weights.
     out = subprocess.run(
@@ -70,21 +75,7 @@ def test_kill_minus_9_with_rollouts_in_flight_loses_no_trained_step(tmp_path):
     """max_staleness 1: the producer is rolling out the next step whenever a checkpoint lands."""
     run = tmp_path / "run"
     staleness = ["--set", "rollout.max_staleness=1", "--set", "learner.old_logprobs=decoupled"]
-    proc = subprocess.Popen(
-        _cli("--run-dir", str(run), "--steps", "200", *staleness), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while latest_checkpoint(run / "checkpoints") is None:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "no checkpoint appeared"
-            time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    done = int(latest_checkpoint(run / "checkpoints").name.split("-")[1])
+    done = _kill_after_first_checkpoint(run, *staleness)
     trained = [r["step"] for r in _rows(run) if r["step"] > 0]
     assert done >= 1 and trained[-1] <= done + 1  # at most the step after the checkpoint was logged
     out = subprocess.run(

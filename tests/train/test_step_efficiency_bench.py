@@ -1,22 +1,17 @@
 """benchmarks/step_efficiency.py: the driver end to end on the tiny model, the report's tables and ratios."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 TRL_PYTHON = BENCH.parent / ".venv-trl" / "bin" / "python"
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / f"{name}.py")
 
 
 def tiny_args(tmp_path, rows, *extra):
