@@ -1,4 +1,5 @@
-"""The paper presets run the reference's episode rules; the cpu and smoke presets keep the project's.
+"""The paper presets (those naming a `reference`) run the reference's episode rules; the cpu and smoke
+presets keep the project's.
 
 Each paper preset's env options are applied to a real env (on the built-in data: the data options are
 dropped, since the paper's sets live on the hub) and one scripted step shows the rules in force.
@@ -7,9 +8,9 @@ dropped, since the paper's sets live on the hub) and one scripted step shows the
 import pytest
 
 import drmas_envs
-from drmas_train.config import build_config, list_presets
+from drmas_train.config import build_config, list_presets, load_preset
 
-PAPER = [p for p in list_presets() if p not in ("cpu", "smoke")]
+PAPER = [p for p in list_presets() if "reference" in load_preset(p)]
 DATA_OPTIONS = ("dataset", "split", "data_dir", "corpus", "retriever", "index_dir", "encoder")
 
 

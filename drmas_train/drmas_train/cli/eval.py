@@ -135,15 +135,18 @@ def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict
     from drmas_train.checkpoint import load_checkpoint
     from drmas_train.models.assignment import agent_to_policy, build_policies, resolve_engine
     from drmas_train.policy_ops import load_policy_weights, sync_engine
+    from drmas_train.rollout.versions import WeightClock, version_engines
 
     resolve_engine(cfg.models)
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
     policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
     if folder is not None:
-        weights = load_checkpoint(folder)["weights"]
+        ckpt = load_checkpoint(folder)
         for name, policy in policies.items():
-            load_policy_weights(policy, weights[name])
+            load_policy_weights(policy, ckpt["weights"][name])
             sync_engine(policy)  # a vLLM engine holds its own copy of the weights
+        # the checkpoint's weights are the run's version `step`, as its validation reported them
+        version_engines(policies.values(), WeightClock(int(ckpt["state"]["step"])))
     return agent_to_policy(policies)
 
 
