@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python benchmarks/async_bench.py --preset cpu --steps 4 --reps 1
     .venv/bin/python benchmarks/async_bench.py --project          # the pipeline model on the paper presets only
+    nice -n 10 .venv/bin/python benchmarks/async_bench.py --preset cpu --placed --no-project  # a rollout pool
 
 Each run is `Trainer.train()` of the preset for `--steps` steps (validation off, checkpoints skipped:
 the benchmark times steps), one process per run, the runs interleaved (k = 0, 1, 2, then again for each
@@ -20,7 +21,12 @@ cores: the model's no-contention time and the synchronous sum (full contention, 
 run can do (`cpu_bounds`). On GPUs the split is real: `--project` takes `drmas-train plan`'s estimates
 of the paper presets' rollout and learner times on r and 4 - r H100s (estimates, not measurements;
 pushes not counted) and gives the projected speed-up of each split.
-Writes the raw figures as JSON to `--out` (default benchmarks/results/async.json).
+`--placed` times placed runs instead: placement shared, the learner pool 1 CPU and a rollout pool
+(`placement.rollout_pool`) of 1 CPU beside it, on a local Ray each run starts; the engine then samples
+in a process of its own while the learner updates in another, so with k >= 1 the two phases run on
+their own cores (the push is inside `time/update` there: `time/sync` is 0).
+Writes the raw figures as JSON to `--out` (default benchmarks/results/async.json, async_placed.json
+with `--placed`).
 """
 
 from __future__ import annotations
@@ -79,8 +85,15 @@ def cpu_bounds(p: Phases) -> tuple[float, float]:
 # ---- one measured run (in a process of its own) -------------------------------------------------------------
 
 
-def one_run(preset: str, k: int, steps: int, backend: str | None) -> dict[str, Any]:
-    """Train `steps` steps of `preset` at max_staleness `k`; per-step metrics and wall times between step ends."""
+PLACED = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.rollout_pool.cpus": 1}
+"""`--placed`: one learner pool and one rollout pool of a CPU each."""
+
+
+def one_run(preset: str, k: int, steps: int, backend: str | None, placed: bool = False) -> dict[str, Any]:
+    """Train `steps` steps of `preset` at max_staleness `k`; per-step metrics and wall times between step ends.
+
+    `placed`: on a learner pool beside a rollout pool (`PLACED`), in a local Ray started for the run.
+    """
     from drmas_train.config import build_config
     from drmas_train.trainer import Trainer
 
@@ -89,6 +102,8 @@ def one_run(preset: str, k: int, steps: int, backend: str | None) -> dict[str, A
     over["learner.old_logprobs"] = "decoupled" if k else "recompute"
     if backend:
         over["models.backend"] = backend
+    if placed:
+        over.update(PLACED)
     trainer = Trainer(build_config(preset, over))
     trainer.save = lambda: None  # the benchmark times steps, not checkpoints
     ends: list[float] = []
@@ -99,6 +114,7 @@ def one_run(preset: str, k: int, steps: int, backend: str | None) -> dict[str, A
     keys += ("time/metrics", "time/prompts", "time/step_cpu", "rollout/staleness_mean", "tokens/generated")
     return {
         "k": k,
+        "placed": placed,
         "backend": trainer.cfg.models.backend,
         "walls": walls,
         "rows": [{key: r.get(key) for key in keys} for r in rows],
@@ -131,6 +147,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             cmd = [sys.executable, __file__, "--one", str(k), "--preset", args.preset, "--steps", str(args.steps)]
             if args.backend:
                 cmd += ["--backend", args.backend]
+            if args.placed:
+                cmd.append("--placed")
             before = load_line()
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if out.returncode != 0:
@@ -140,7 +158,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             runs.append(run)
             steady = run["walls"][1:]
             print(f"rep {rep} k={k}: {sum(steady) / len(steady):.2f} s/step (steps 2..), load {before}", flush=True)
-    return {"cpu": cpu_line(), "preset": args.preset, "steps": args.steps, "runs": runs}
+    return {"cpu": cpu_line(), "preset": args.preset, "steps": args.steps, "placed": args.placed, "runs": runs}
 
 
 VARIANTS = {
@@ -205,12 +223,14 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="models.backend override (default: the preset's)")
     ap.add_argument("--project", action="store_true", help="only the pipeline model on the paper presets")
     ap.add_argument("--no-project", action="store_true", help="only the measured runs (no projection)")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "async.json")
+    ap.add_argument("--placed", action="store_true", help="a learner pool beside a rollout pool, 1 CPU each")
+    ap.add_argument("--out", type=Path, default=None, help="default results/async.json (async_placed.json)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print(json.dumps(one_run(args.preset, args.one, args.steps, args.backend)))
+        print(json.dumps(one_run(args.preset, args.one, args.steps, args.backend, args.placed)))
         return
+    args.out = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
     result: dict[str, Any] = {} if args.no_project else {"projection": project()}
     if not args.project:
         result.update(measure(args))

@@ -9,7 +9,8 @@ both implementations:
 - `LocalWorkers` (`placement.mode: none`): policies and learners in this process; it pushes the
   weights into the engine itself (`policy_ops.sync_engine`) and reports how long that took.
 - `PlacedWorkers` (`placement.mode: shared | per_agent`): the proxies of `drmas_train.placement`;
-  each worker pushes into its own engine inside its update (no weights cross the driver).
+  each worker pushes into its own engine inside its update (no weights cross the driver), or, with
+  `placement.rollout_pool`, into its models' engine actors on the rollout pool, through Ray.
 
 With `rollout.max_staleness` >= 1 (`drmas_train.rollout.pipeline`) `LocalWorkers` gives each engine
 a copy of its module and pushes every policy at once in `publish`, between two rollout batches; placed
@@ -95,6 +96,8 @@ class PlacedWorkers:
 
         self.handles: list[Any] = []
         sizes = placement.pool_sizes(cfg.placement, cfg.models.assignment, list(agents))
+        if cfg.placement.rollout_pool is not None:  # Ray's CPUs count it too
+            sizes[placement.ROLLOUT_POOL] = cfg.placement.rollout_pool
         self.own_ray = placement.start_ray(cfg.placement, sizes)
         try:
             self.policies, self.learners, self.handles = placement.build_placed(

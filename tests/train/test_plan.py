@@ -226,3 +226,20 @@ def test_real_dataset_from_a_local_data_dir_gives_sizes_and_measured_prompts(cap
     assert p["steps_per_epoch"] == 16 and p["prompt_tokens"]["status"] == "measured"
     first = next(r for r in p["prompt_tokens"]["per_agent"] if r["turn"] == "first")
     assert 50 < first["p50"] < first["max"] < 4096  # real MATH-500 problems vary in length
+
+
+def test_a_rollout_pool_holds_the_engines_and_the_learner_pool_none(capsys):
+    base = ("--preset", "math-2x-qwen3-4b")
+    colocated = plan_json(capsys, *base)["gpu_memory_gib"]["per_rank"]
+    split = ("--set", "placement.shared_pool.ranks=3", "--set", "placement.rollout_pool.gpus=1")
+    pooled = plan_json(capsys, *base, *split)["gpu_memory_gib"]["per_rank"]
+    assert [r["pool"] for r in pooled] == ["shared", "rollout"]
+    learner, rollout = pooled
+    assert colocated[0]["engines"] > 0 and learner["engines"] == 0  # the learners hold no engine
+    assert rollout["engines"] > 0 and rollout["weights"] == rollout["optimizer"] == rollout["activations"] == 0
+    assert rollout["ranks"] == "0" and learner["optimizer"] > 0
+    # With max_staleness >= 1 the rollout pool samples while the learners train: a step is the longer phase.
+    async_ = ("--set", "rollout.max_staleness=1", "--set", "learner.old_logprobs=decoupled")
+    est = plan_json(capsys, *base, *split, *async_)["estimate"]
+    assert est["step_s"] == max(est["rollout_s_per_step"], est["learner_s_per_step"])
+    assert est["gpus"] == 4

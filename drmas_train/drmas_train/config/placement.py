@@ -51,11 +51,31 @@ class PlacementConfig:
     each rollout round and takes the new weights after each update, as verl's hybrid engine uses every
     GPU) or first (rank 0 only: one engine's memory, the other ranks wait during rollout). Per-row
     seeds make the samples the same either way."""
+    rollout_pool: PoolSize | None = None
+    """A pool for generation only: None (the default, the reference's colocated hybrid engine) keeps each
+    model's engine with its learner; set (e.g. `--set placement.rollout_pool.cpus=1`) every engine runs in an
+    actor on this pool and the learner pools only train, so with `rollout.max_staleness` >= 1 generation
+    overlaps the update (AReaL's and verl's fully-async split of GPUs). `ranks` > 1: engine replicas, each
+    sampling a share of every round; `rollout_ranks` and `strategy` do not apply to it."""
 
     def __post_init__(self) -> None:
         check_choices(self, "placement")
-        for name, size in {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}.items():
+        named = {"shared_pool": self.shared_pool, "default_pool": self.default_pool, **self.pools}
+        if self.rollout_pool is not None:
+            named["rollout_pool"] = self.rollout_pool
+        for name, size in named.items():
             if size.cpus <= 0 or size.gpus < 0 or size.ranks < 1:
                 raise ValueError(f"placement pool {name!r} needs cpus > 0, gpus >= 0 and ranks >= 1, got {size}")
+        if self.rollout_pool is not None:
+            if self.mode == "none":
+                raise ValueError(
+                    "placement.rollout_pool needs placement.mode shared or per_agent (Ray pools); "
+                    "with mode none the engines live in this process"
+                )
+            if self.rollout_pool.strategy != "replicate":
+                raise ValueError(
+                    "placement.rollout_pool.strategy must be replicate: the rollout pool holds engines, "
+                    f"no training state to shard, got {self.rollout_pool.strategy!r}"
+                )
         if self.gpu_memory_gib <= 0:
             raise ValueError(f"placement.gpu_memory_gib must be > 0, got {self.gpu_memory_gib}")

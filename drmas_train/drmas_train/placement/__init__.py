@@ -19,6 +19,12 @@ A *worker* is one Ray actor holding its models with their engines and learners. 
 it pushes the new weights into its own engine, so no weights cross the network while training;
 checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
 
+Rollout pool (`rollout_pool`, default None: the engines live with their learners, the reference's
+colocated hybrid engine): set, every model's engine runs in an `EngineActor` on that pool and the
+workers only train; after each update a worker pushes the new weights, versioned, to its models'
+engine actors through Ray, and the rollout samples from those actors directly, so with
+`rollout.max_staleness` >= 1 generation overlaps the update (`rollout_pool`, docs/async.md).
+
 Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Every update goes to
 all ranks at once, each computes its share of the micro-batches and the gradients are summed over
 torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step is the one-process
@@ -36,8 +42,8 @@ Ray is started locally (with at least as many logical CPUs as the pools ask for)
 Pools are sized in CPUs and GPUs per rank; a rank uses its bundle's devices.
 
 Modules: `pools` (which workers, the pool of each; the sizes are `drmas_train.config.PlacementConfig`),
-`worker` (the Ray actor), `proxies` (what the driver's loop sees), `engines` (engines beside a
-data-parallel rank 0), `build` (start and free).
+`worker` (the Ray actor), `proxies` (what the driver's loop sees), `engines` (engines in actors of their
+own), `rollout_pool` (the engines of a rollout pool), `build` (start and free).
 """
 
 from drmas_train.config import PlacementConfig, PoolSize
@@ -45,14 +51,17 @@ from drmas_train.placement.build import build_placed, shutdown, start_ray
 from drmas_train.placement.engines import ActorBackend, EngineActor
 from drmas_train.placement.pools import placed_workers, pool_sizes, worker_groups
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
+from drmas_train.placement.rollout_pool import ROLLOUT_POOL, PooledBackend, start_engines
 from drmas_train.placement.worker import PolicyWorker
 
 __all__ = [
     "ActorBackend",
     "EngineActor",
     "PlacementConfig",
+    "ROLLOUT_POOL",
     "PolicyWorker",
     "PoolSize",
+    "PooledBackend",
     "RemoteBackend",
     "RemoteLearner",
     "RemotePolicy",
@@ -60,6 +69,7 @@ __all__ = [
     "placed_workers",
     "pool_sizes",
     "shutdown",
+    "start_engines",
     "start_ray",
     "worker_groups",
 ]

@@ -11,6 +11,7 @@ from drmas_train.config import PlacementConfig, PoolSize, TrainConfig
 from drmas_train.placement.failures import gather
 from drmas_train.placement.pools import generates, placed_workers, pool_sizes, uses_engine_actors
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
+from drmas_train.placement.rollout_pool import ROLLOUT_POOL, check_worker_names, start_engines
 from drmas_train.placement.worker import PolicyWorker
 
 
@@ -68,10 +69,16 @@ def build_placed(
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     from transformers import AutoTokenizer
 
+    from drmas_train.backends import resolve_backend
+
     if placement.mode == "none":
         raise ValueError("build_placed needs placement.mode shared or per_agent")
     groups = placed_workers(placement, cfg.models.assignment, agents)
     sizes = pool_sizes(placement, cfg.models.assignment, agents)
+    pooled = placement.rollout_pool is not None
+    if pooled:
+        check_worker_names(list(sizes))
+        sizes[ROLLOUT_POOL] = placement.rollout_pool
     start_ray(placement, sizes)
     handles = [] if handles is None else handles
     pgs = {}
@@ -113,6 +120,7 @@ def build_placed(
                 size.ranks,
                 size.gpus - gpus,
                 placement.rollout_ranks,
+                pooled,
             )
             handles.append(worker)
             ranks[wname].append(worker)
@@ -120,6 +128,15 @@ def build_placed(
     labels = _labels(ranks)
     workers = [r[0] for r in ranks.values()]
     described = ray.get([w.describe.remote() for w in workers])
+    engines = {}
+    if pooled:  # engines on the rollout pool; rank 0 of each learner pool pushes into its models' engines
+        by_worker = dict(zip(ranks, described))
+        engines = start_engines(
+            cfg, sizes[ROLLOUT_POOL], pgs[ROLLOUT_POOL], by_worker, run_id, lora_ranks or {}, handles
+        )
+        kind = resolve_backend(cfg.models.backend)
+        attach = [w.attach_engines.remote({p: engines[p] for p in by_worker[n]}, kind) for n, w in zip(ranks, workers)]
+        gather(attach, [labels[n, 0] for n in ranks], "learner", "", "attach_engines")
     _join_data_parallel(ranks, sizes, placement.ready_timeout_s)
     for (wname, group), infos in zip(ranks.items(), described):
         worker = group[0]
@@ -130,10 +147,16 @@ def build_placed(
             tokenizer = AutoTokenizer.from_pretrained(info["path"])
             if tokenizer.pad_token_id is None:
                 tokenizer.pad_token = tokenizer.eos_token
+            if pooled:
+                backend = RemoteBackend(engines[pname].actors, pname, tokenizer, engines[pname].labels)
+            else:
+                backend = RemoteBackend(
+                    [group[r] for r in generating], pname, tokenizer, [names[r] for r in generating]
+                )
             policies[pname] = RemotePolicy(
                 pname,
                 tokenizer,
-                RemoteBackend([group[r] for r in generating], pname, tokenizer, [names[r] for r in generating]),
+                backend,
                 info["agents"],
                 worker,
                 ranks=group,

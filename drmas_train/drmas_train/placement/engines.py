@@ -1,8 +1,17 @@
-"""Engines beside a data-parallel rank 0: vLLM in actors of their own, transformers on a copy."""
+"""Engines in actors of their own: vLLM beside a data-parallel rank, any engine on a rollout pool.
+
+`EngineActor` holds one model's engine. Beside a data-parallel rank (a vLLM engine cannot live in a
+data-parallel process) the rank reaches it through `ActorBackend`. On a rollout pool
+(`PlacementConfig.rollout_pool`, `placement.rollout_pool`) the driver's rollout calls its `generate`
+and the learner worker pushes each update into it with `push`, stamped with the weight version: the
+actor runs one call at a time, so a push lands between two generate requests and every row it
+returns carries the version of the weights that sampled it. A transformers engine is built there from
+the model folder (the learner's weights arrive with the first push).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +19,96 @@ from drmas_train.config import ModelsConfig
 
 
 class EngineActor:
-    """A vLLM engine in an actor of its own, beside a data-parallel rank 0 (see `ActorBackend`)."""
+    """One model's generation engine in an actor of its own (see the module docstring).
 
-    def __init__(self, models_cfg: ModelsConfig, path: str, lora_rank: int | None):
+    Args:
+        models_cfg: the `models` section (engine settings, dtype, device).
+        path: the model folder.
+        lora_rank: the largest adapter rank a vLLM engine must accept (None: no LoRA).
+        kind: "vllm" or "transformers".
+        adapters: a transformers engine's LoRA adapters, in the learner's order (agent names).
+        lora_ranks: per-agent LoRA ranks of those adapters (others get `models_cfg.lora_rank`).
+        threads: torch's thread count in this actor (0: leave it).
+
+    """
+
+    def __init__(
+        self,
+        models_cfg: ModelsConfig,
+        path: str,
+        lora_rank: int | None,
+        kind: str = "vllm",
+        adapters: Sequence[str] = (),
+        lora_ranks: dict[str, int] | None = None,
+        threads: int = 0,
+    ):
         from transformers import AutoTokenizer
 
         from drmas_train.models.assignment import make_backend
 
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        self.backend = make_backend("vllm", None, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        module = _load_module(models_cfg, path, adapters, lora_ranks or {}) if kind == "transformers" else None
+        self.backend = make_backend(kind, module, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
+        self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) the engine holds
+        self.rows = 0
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.backend, method)(*args, **kwargs)
+
+    def generate(self, name: str, prompts, sampling, adapters, seed):
+        """Sample for policy `name`, every row stamped with the version its weights hold (as `PolicyWorker`)."""
+        self.rows += len(prompts)
+        gens = self.backend.generate(prompts, sampling, adapters=adapters, seed=seed)
+        for gen in gens:  # one call at a time: no push lands inside this request
+            gen.version = self.versions.get(name, 0)
+        return gens
+
+    def push(self, name: str, version: int, method: str, *args: Any) -> None:
+        """Load policy `name`'s new weights (`method`: load_weights or load_adapter_tensors), now of `version`."""
+        getattr(self.backend, method)(*args)
+        self.versions[name] = version
+
+    def set_version(self, name: str, version: int) -> None:
+        """The weight version policy `name`'s weights hold (after a resume: the checkpoint's step)."""
+        self.versions[name] = version
+
+    def generated(self) -> int:
+        """How many prompts this engine has sampled (what tests and logs check)."""
+        return self.rows
+
+    def where(self) -> dict[str, Any]:
+        """The pid and placement group of this actor (`actor_where`)."""
+        return actor_where()
+
+
+def actor_where() -> dict[str, Any]:
+    """The calling actor's pid and the id of the placement group it runs in (hex; None outside one)."""
+    import os
+
+    from ray.util import get_current_placement_group
+
+    pg = get_current_placement_group()
+    return {"pid": os.getpid(), "placement_group": None if pg is None else pg.id.hex()}
+
+
+def _load_module(models_cfg: ModelsConfig, path: str, adapters: Sequence[str], lora_ranks: dict[str, int]) -> Any:
+    """The transformers engine's own module: the model folder, with the learner's LoRA adapters added."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from drmas_train.models.assignment import _add_lora, pick_device
+
+    dtype = getattr(torch, models_cfg.dtype)
+    module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(pick_device(models_cfg.device))
+    if adapters:
+        module = _add_lora(module, list(adapters), models_cfg, lora_ranks)
+    return module.eval()
 
 
 class ActorBackend:

@@ -8,6 +8,9 @@ checkpoint, and `drmas-train` prints that one line and exits with status 3. `--r
 that checkpoint: checkpoints are written atomically (`drmas_train.checkpoint`), so a save cut short
 by a dead worker leaves nothing that a resume would read.
 
+An engine actor on the rollout pool (`placement.rollout_pool`) is named by its own pool and rank; one
+that dies under a learner worker's push is reported as itself, in `push()`.
+
 `gather` waits for the calls of several ranks and names the first whose worker died; its peers may
 be left waiting in a collective (the gradient all-reduce) for it, until the trainer frees every
 worker of the run.
@@ -106,6 +109,8 @@ def gather(refs: Sequence[Any], workers: Sequence[str], role: str, model: str, c
             ray.get(ready[0])
         except Exception as exc:
             inner = inner_death(exc)
+            if inner is not None and inner.worker.startswith("pool "):  # on a pool of its own (the rollout pool)
+                raise WorkerDiedError(inner.worker, inner.role, inner.model or model, inner.call) from exc
             if inner is not None:
                 raise WorkerDiedError(f"{inner.worker} beside {where[ready[0]]}", inner.role, model, call) from exc
             if is_death(exc):

@@ -24,6 +24,7 @@ class PolicyWorker:
         world_size: int = 1,
         engine_gpus: float = 0.0,
         rollout_ranks: RolloutRanks = "all",
+        pooled: bool = False,
     ):
         import dataclasses
 
@@ -35,11 +36,13 @@ class PolicyWorker:
         torch.set_num_threads(max(1, threads))
         self.cfg, self.rank = cfg, rank
         self.sharded = strategy == "fsdp" and world_size > 1
-        self.generates = generates(rank, rollout_ranks)
+        # pooled: the engines live on the rollout pool (`placement.rollout_pool`); rank 0 pushes into them
+        self.generates = generates(rank, rollout_ranks) and not pooled
+        self.pool_engines = False
         self.rows_generated = 0
         self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) its engine holds
         models = cfg.models
-        engine_actors = uses_engine_actors(models.backend, world_size, rank, rollout_ranks)
+        engine_actors = uses_engine_actors(models.backend, world_size, rank, rollout_ranks) and not pooled
         if not self.generates or engine_actors:  # the transformers wrapper shares its module and costs nothing
             models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
@@ -80,17 +83,35 @@ class PolicyWorker:
         for learner in self.learners.values():
             learner.dp = dp
 
+    def attach_engines(self, engines: dict[str, Any], kind: str) -> None:
+        """Rank 0 of a pooled run: take each policy's engines on the rollout pool and push the weights into them.
+
+        `engines`: policy -> `rollout_pool.PoolEngines`. Called before the data-parallel group forms, so
+        the module is whole.
+        """
+        from drmas_train.placement.rollout_pool import pooled_backend
+
+        for name, policy in self.policies.items():
+            policy.backend = pooled_backend(kind, engines[name], name, policy.tokenizer, self.versions)
+        self.pool_engines = True
+        for name in self.policies:
+            self._sync(name, collective=False)
+
     def _sync(self, name: str, *, collective: bool = True) -> None:
-        """Push policy `name`'s weights into this rank's engine; under FSDP every rank gathers them first."""
+        """Push policy `name`'s weights into this rank's engine (or its engines on the rollout pool).
+
+        Under FSDP every rank gathers them first.
+        """
         from drmas_train.learner.distributed import full_state_dict
         from drmas_train.policy_ops import sync_engine
 
         policy = self.policies[name]
+        pushes = self.generates or self.pool_engines
         if self.sharded and collective:
             whole = full_state_dict(policy.module)  # a collective: every rank takes part, engine or not
-            if self.generates:
+            if pushes:
                 sync_engine(policy, whole)
-        elif self.generates:
+        elif pushes:
             sync_engine(policy)
 
     def pid(self) -> int:
@@ -98,6 +119,12 @@ class PolicyWorker:
         import os
 
         return os.getpid()
+
+    def where(self) -> dict[str, Any]:
+        """The pid and placement group of this worker (as `EngineActor.where`)."""
+        from drmas_train.placement.engines import actor_where
+
+        return actor_where()
 
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
@@ -116,16 +143,18 @@ class PolicyWorker:
     def set_version(self, name: str, version: int) -> None:
         """The weight version policy `name`'s engine holds (after a resume: the checkpoint's step)."""
         self.versions[name] = version
+        if self.pool_engines:
+            self.policies[name].backend.set_version(version)
 
     def generated(self) -> int:
         """How many prompts this rank has sampled since it started (what tests and logs check)."""
         return self.rows_generated
 
     def update(self, name: str, records) -> dict[str, float]:
-        """Train policy `name` on its records, then push the new weights into the worker's engine."""
+        """Train policy `name` on its records, then push the new weights (their version: one more) into its engine."""
         metrics = self.learners[name].update(records)
+        self.versions[name] = self.versions.get(name, 0) + 1  # read by a push to the rollout pool
         self._sync(name)
-        self.versions[name] = self.versions.get(name, 0) + 1
         return metrics
 
     def weights(self, name: str) -> dict[str, Any]:

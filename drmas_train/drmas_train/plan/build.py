@@ -31,6 +31,7 @@ from drmas_train.plan.ranks import (
     pool_plans,
     pool_ranks,
     rank_memory,
+    rollout_rank_memory,
 )
 from drmas_train.plan.timing import CPU_2CORE, H100, EngineLoad, Hardware, learner_s, turn_s
 
@@ -55,6 +56,8 @@ def _gpu(cfg: TrainConfig) -> bool:
     pools = (
         [p.shared_pool] if p.mode == "shared" else [p.default_pool, *p.pools.values()] if p.mode == "per_agent" else []
     )
+    if p.rollout_pool is not None:
+        pools.append(p.rollout_pool)
     return cfg.models.device == "cuda" or any(s.gpus > 0 for s in pools)
 
 
@@ -140,14 +143,23 @@ def _memory_section(
     if prompts.get("p99") is not None and prompts["status"] == "measured":
         longest_cap = needed_model_len(cfg)[0] - cfg.rollout.max_prompt_tokens
         typical = min(int(prompts["p99"]) + longest_cap, int(cfg.models.engine.max_model_len or 0))
+    pooled = cfg.placement.rollout_pool
+
+    def capacity(size: Any) -> int:
+        return int((size.gpus if size.gpus >= 1 else 1.0) * declared * GIB if gpu else _host_bytes())
+
     for pool in pools:
-        per_rank = (pool.size.gpus if pool.size.gpus >= 1 else 1.0) * declared * GIB if gpu else _host_bytes()
-        for rank, generates in pool_ranks(pool, cfg.placement.rollout_ranks):
+        per_rank = capacity(pool.size)
+        for rank, generates in pool_ranks(pool, cfg.placement.rollout_ranks, pooled is not None):
             kw = dict(generates=generates, gpu=gpu, capacity=int(per_rank), backend=backend, gen_dtype=gen_dtype)
             row = rank_memory(cfg, pool, rank, **kw)
             rows.append(row)
             if typical:
                 row.total_typical = rank_memory(cfg, pool, rank, **kw, tokens_per_call=typical).total
+    if pooled is not None:  # engines only; a rank holds every model's (`placement.rollout_pool`)
+        models = [mp for pool in pools for mp in pool.models]
+        kw = dict(gpu=gpu, capacity=capacity(pooled), backend=backend, gen_dtype=gen_dtype)
+        rows.append(rollout_rank_memory(cfg, models, pooled, **kw))
     unknown = [mp.name for pool in pools for mp in pool.models if mp.arch is None]
     return {
         "device": "gpu" if gpu else "cpu",
@@ -207,6 +219,8 @@ def _estimate(
                 continue
             pool = pool_of[mp.key]
             gens = pool.size.ranks if cfg.placement.rollout_ranks == "all" else 1
+            if cfg.placement.rollout_pool is not None:  # the rollout pool's replicas
+                gens = cfg.placement.rollout_pool.ranks
             load = EngineLoad(
                 weight_bytes=mp.arch.n_params() * gen_b,
                 kv_bytes_per_token=mp.arch.kv_bytes_per_token(gen_b),
@@ -238,7 +252,9 @@ def _estimate(
         learn_by_pool[pool.name] = learn_by_pool.get(pool.name, 0.0) + secs
     roll = rollout(episodes)
     learn = max(learn_by_pool.values(), default=0.0)  # pools train at the same time
-    step = roll + learn
+    # Rollout and update take turns, unless a rollout pool samples the next steps while the learners train.
+    overlapped = cfg.placement.rollout_pool is not None and cfg.rollout.max_staleness > 0
+    step = max(roll, learn) if overlapped else roll + learn
     ev = cfg.eval
     n_val = (1 if ev.before_train else 0) + (
         cfg.steps // ev.every + (1 if cfg.steps % ev.every else 0) if ev.every else 0
@@ -248,7 +264,8 @@ def _estimate(
     waves = math.ceil(val_episodes / ev.batch_episodes)
     val = waves * rollout(min(val_episodes, ev.batch_episodes)) if n_val else 0.0
     run = cfg.steps * step + n_val * val
-    n_gpus = sum(p.size.ranks * p.size.gpus for p in pools) if gpu else 0
+    sizes = [p.size for p in pools] + [s for s in [cfg.placement.rollout_pool] if s is not None]
+    n_gpus = sum(s.ranks * s.gpus for s in sizes) if gpu else 0
     return {
         "hardware": hw.name,
         "rollout_s_per_step": round(roll, 1),
@@ -269,6 +286,11 @@ def _estimate(
             f"cap without data) + {REPLY_FILL:.0%} of the response cap per call",
             "learner FLOPs: 10 x parameters per token with gradient checkpointing, 8 without",
             "not counted: weight pushes, engine start-up, checkpoints",
+            *(
+                ["step: the longer of rollout and update (a rollout pool with max_staleness >= 1)"]
+                if overlapped
+                else []
+            ),
         ],
     }
 

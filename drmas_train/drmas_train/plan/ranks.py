@@ -3,9 +3,11 @@
 A rank holds the training state of every model on its pool (sharded over the pool's ranks under
 FSDP), the transient memory of the one model training at a time (models update one after another;
 gradients are freed after each step), and an engine per model where it generates (every rank, or
-rank 0 only: `placement.rollout_ranks`). On a GPU a vLLM engine takes `gpu_memory_utilization` of it
-(weights, then KV cache); on a CPU a vLLM engine takes its weights and `kv_cache_gib` (1 GiB by
-default), and the transformers backend generates with the learner's own model and a per-batch cache.
+rank 0 only: `placement.rollout_ranks`), or no engine where a rollout pool (`placement.rollout_pool`)
+holds every model's engine: its ranks are reported apart, engines only. On a GPU a vLLM engine takes
+`gpu_memory_utilization` of it (weights, then KV cache); on a CPU a vLLM engine takes its weights and
+`kv_cache_gib` (1 GiB by default), and the transformers backend generates with the learner's own model
+and a per-batch cache (on a rollout pool: with its own copy of the model).
 The GPU parts (vLLM's budget and KV cache, FSDP sharding, CUDA context) are projections: no GPU has
 checked them.
 """
@@ -19,6 +21,9 @@ from drmas_train.config import TrainConfig
 from drmas_train.config.placement import PoolSize
 from drmas_train.plan.arch import Arch
 from drmas_train.plan.memory import GIB, TrainState, dtype_bytes, lora_params, train_state
+
+ROLLOUT_POOL = "rollout"
+"""The rollout pool's name in the plan (as `drmas_train.placement.ROLLOUT_POOL`, which imports Ray's side)."""
 
 ENGINE_OVERHEAD_GIB = 2.0
 """vLLM's own activations, sampler buffers and CUDA graphs inside its budget: an assumption (not measured)."""
@@ -253,9 +258,36 @@ def rank_memory(
     return out
 
 
-def pool_ranks(pool: PoolPlan, rollout_ranks: str) -> list[tuple[str, bool]]:
-    """The rank groups to report, each with whether it generates: rank 0, and the others when they differ."""
+def rollout_rank_memory(
+    cfg: TrainConfig, models: list[ModelPlan], size: PoolSize, *, gpu: bool, capacity: int, backend: str, gen_dtype: str
+) -> RankMemory:
+    """A rank of the rollout pool (`placement.rollout_pool`): every model's engine and nothing to train.
+
+    A transformers engine there holds its own copy of the model (in `models.dtype`) beside its cache.
+    """
+    n = size.ranks
+    out = RankMemory(ROLLOUT_POOL, "0" if n == 1 else f"0-{n - 1}", capacity=capacity)
+    out.runtime = int(CUDA_CONTEXT_GIB * GIB) if gpu else 0
+    for mp in models:
+        if mp.arch is None:
+            continue
+        ep = engine_plan(cfg, mp, backend, gen_dtype, gpu, capacity)
+        if backend != "vllm":
+            ep.memory += mp.arch.n_params() * dtype_bytes(cfg.models.dtype)
+        out.engine_plans.append(ep)
+        out.engines += ep.memory
+        out.kv_cache += ep.kv_cache
+    return out
+
+
+def pool_ranks(pool: PoolPlan, rollout_ranks: str, pooled: bool = False) -> list[tuple[str, bool]]:
+    """The rank groups to report, each with whether it generates: rank 0, and the others when they differ.
+
+    `pooled`: the engines live on a rollout pool, so no rank of a learner pool generates.
+    """
     n = pool.size.ranks
+    if pooled:
+        return [("0" if n == 1 else f"0-{n - 1}", False)]
     if n == 1:
         return [("0", True)]
     if rollout_ranks == "all":  # every rank holds the same: one group
