@@ -1,12 +1,14 @@
 """A rollout pool beside the learner pools (`placement.rollout_pool`), on local CPU Ray with the smoke preset.
 
-- k = 0, placement shared: the learner worker only trains, its model's engine lives in an engine actor
-  of another process on another placement group; the run gives the single-process run's numbers (the
-  engine samples with the pushed weights, the same seeds and ops), every call of step t is stamped
-  with version t - 1, and a killed engine actor ends the next step with the one-line error naming it.
-- k = 1, placement per_agent: two learner pools and two engines on the rollout pool; the rollout of
-  step 2 runs while step 1 updates (some of its calls carry version 0), never past the bound; the
-  checkpoint resumes into a shared learner pool beside a new rollout pool, on the checkpoint's version.
+- k = 0, placement shared, assignment lora: the learner worker only trains; the base model with both
+  agents' adapters lives in one engine actor, another process on another placement group; the run
+  gives the single-process run's numbers (the engine samples with the pushed adapters, the same seeds
+  and ops), every call of step t is stamped with version t - 1, and a killed engine actor ends the
+  next step with the one-line error naming it.
+- k = 1, placement per_agent, assignment per_agent: two learner pools and two engines on the rollout
+  pool; the rollout of step 2 runs while step 1 updates (some of its calls carry version 0), never past
+  the bound; the checkpoint resumes into a shared learner pool beside a new rollout pool, on the
+  checkpoint's version.
 - The config is checked before anything starts.
 """
 
@@ -23,7 +25,7 @@ from drmas_train.trainer import Trainer
 
 QUIET = {"log.tensorboard": False, "eval.before_train": False}
 POOLED = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.rollout_pool.cpus": 1}
-KEYS = ("grad_norm/shared", "reward/solver", "reward/verifier", "tokens/generated", "val/avg@2")
+KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verifier", "tokens/generated", "val/avg@2")
 
 
 def _cfg(run_dir: Path, **overrides):
@@ -73,36 +75,39 @@ def local_ray():
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_k0_on_a_rollout_pool_trains_as_the_single_process_and_a_dead_engine_is_named(local_ray, tmp_path):
+def test_k0_lora_on_a_rollout_pool_trains_as_the_single_process_and_a_dead_engine_is_named(local_ray, tmp_path):
     from drmas_train.placement.failures import WorkerDiedError
 
     ray = local_ray
-    reference = Trainer(_cfg(tmp_path / "single")).train()
+    lora = {"models.assignment": "lora"}  # one base, an adapter per agent: one engine serves both policies
+    reference = Trainer(_cfg(tmp_path / "single", **lora)).train()
     run = tmp_path / "pooled"
-    trainer = Trainer(_cfg(run, steps=3, **POOLED))
-    (policy,) = trainer.policies.values()
-    (engine,) = policy.backend.workers  # the driver samples from the engine actor, not the learner worker
-    learner, sampler = ray.get(policy.worker.where.remote()), ray.get(engine.where.remote())
+    trainer = Trainer(_cfg(run, steps=3, **lora, **POOLED))
+    solver, verifier = trainer.policies["solver"], trainer.policies["verifier"]
+    (engine,) = solver.backend.workers  # the driver samples from the engine actor, not the learner worker
+    learner, sampler = ray.get(solver.worker.where.remote()), ray.get(engine.where.remote())
+    assert ray.get(verifier.backend.workers[0].where.remote()) == sampler
     assert learner["pid"] != sampler["pid"] and os.getpid() not in (learner["pid"], sampler["pid"])
     assert None not in (learner["placement_group"], sampler["placement_group"])
     assert learner["placement_group"] != sampler["placement_group"]
-    assert policy.backend.labels == [f"pool 'rollout' rank 0 (pid {sampler['pid']})"]
+    assert solver.backend.labels == [f"pool 'rollout' rank 0 (pid {sampler['pid']})"]
 
     def kill_the_engine_after_step_2(row):
         if row["step"] == 2:
-            assert ray.get(engine.generated.remote()) > 0 and ray.get(policy.worker.generated.remote()) == 0
+            assert ray.get(engine.generated.remote()) > 0 and ray.get(solver.worker.generated.remote()) == 0
             os.kill(sampler["pid"], signal.SIGKILL)
 
     with pytest.raises(WorkerDiedError) as died:
         trainer.train(kill_the_engine_after_step_2)
     assert str(died.value) == (
         f"Ray worker died during step 3: pool 'rollout' rank 0 (pid {sampler['pid']}), the engine of model "
-        "'shared', in generate(); the last complete checkpoint is step 2: continue with --resume"
+        "'solver', in generate(); the last complete checkpoint is step 2: continue with --resume"
     )
     assert not trainer.workers.handles  # the run freed its actors and pools
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert "val/avg@2" in rows[1] and "val/avg@2" in reference[1]
+    assert all(r["grad_norm/solver"] > 0 and r["grad_norm/verifier"] > 0 for r in rows)
     for got, ref in zip(rows, reference):
         for key in (k for k in KEYS if k in ref):
             assert got[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), key
