@@ -43,7 +43,7 @@ def build_placed(
     *,
     handles: list[Any] | None = None,
 ):
-    """Start the workers on their pools; return (policies, learners, handles) for the trainer.
+    """Start the workers on their pools (and the engines on the rollout pool); return (policies, learners, handles).
 
     Args:
         cfg: the `TrainConfig` (pickled to every worker).

@@ -25,7 +25,9 @@ thread trains step t (docs/async.md). The choices, each stated once:
 - Placed runs: the producer calls the Ray workers while the main thread sends them updates. A worker
   is an actor that runs one call at a time and pushes into its engine right after its update, so a
   push lands between two requests (the worker stamps each request's version), but possibly between
-  two rounds of a batch: a group can then hold calls of two versions, both within the bound.
+  two rounds of a batch: a group can then hold calls of two versions, both within the bound. With a
+  rollout pool (`placement.rollout_pool`) the engines are actors of their own that stamp each request
+  and take each push between two requests, so generation runs while the learner workers update.
 - Such a group is kept whole: its rewards are outcomes of whole episodes, so the per-agent advantages
   (Dr. MAS: per prompt group and agent) are computed over the step's records whatever their versions,
   exactly as in a synchronous step; versions enter only the per-token correction below.

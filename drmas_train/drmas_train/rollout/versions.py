@@ -7,7 +7,8 @@ version), and by the producer for a whole rollout batch and by validation for a 
 (`WeightClock.hold`; it is re-entrant); a push (`WeightClock.push`) takes the same lock, so it lands
 between two batches, never inside a request or a batch, and it moves every engine to the new version
 at once (no request for one agent sees another agent's model a version ahead). In a placed run the
-worker (a Ray actor, which runs one call at a time) stamps its rows instead, and pushes between requests.
+worker (a Ray actor, which runs one call at a time) stamps its rows instead, and pushes between requests;
+with a rollout pool (`placement.rollout_pool`) the engine actor does, and takes the worker's pushes.
 
 The staleness of a call trained at step t (the update from version t - 1 to t) is
 `t - 1 - weight_version`; `rollout.max_staleness` bounds it.
