@@ -7,8 +7,8 @@
   next step with the one-line error naming it.
 - k = 1, placement per_agent, assignment per_agent: two learner pools and two engines on the rollout
   pool; the rollout of step 2 runs while step 1 updates (some of its calls carry version 0), never past
-  the bound; the checkpoint resumes into a shared learner pool beside a new rollout pool, on the
-  checkpoint's version.
+  the bound; the checkpoint resumes into a shared learner pool beside a new rollout pool of two
+  replicas per model (each samples a share of every round), on the checkpoint's version.
 - The config is checked before anything starts.
 """
 
@@ -137,10 +137,14 @@ def test_k1_per_agent_learner_pools_overlap_the_rollout_pool_and_resume(local_ra
     # Step 2's rollout started as soon as step 1's batch was out, while its learners updated: its first
     # round was sampled before the pushes of version 1 (an update takes far longer than a dispatch).
     assert versions[2] <= {0, 1} and 0 in versions[2]
-    # Resumed into one learner pool (both models' learners) beside a new rollout pool, on version 2.
-    shared = {**async_, **POOLED, "placement.shared_pool.cpus": 1}
-    resumed = Trainer(_cfg(run, steps=3, **shared), resume=True)
-    assert resumed.step == 2
-    row = resumed.train()[-1]
+    # Resumed into one learner pool (both models' learners) beside a new rollout pool of two replicas per
+    # model, each sampling a share of every round: all on version 2, the checkpoint's.
+    replicas = {"placement.rollout_pool.cpus": 0.5, "placement.rollout_pool.ranks": 2}
+    resumed = Trainer(_cfg(run, steps=3, **{**async_, **POOLED, **replicas}), resume=True)
+    assert resumed.step == 2 and all(len(p.backend.workers) == 2 for p in resumed.policies.values())
+    engines = [e for p in resumed.policies.values() for e in p.backend.workers]
+    shares: list[int] = []
+    row = resumed.train(lambda _row: shares.extend(ray.get([e.generated.remote() for e in engines])))[-1]
     assert row["step"] == 3 and row["rollout/staleness_max"] == 0.0
+    assert len(shares) == 4 and all(n > 0 for n in shares)  # every replica sampled its share
     assert _versions(run)[3] == {2}

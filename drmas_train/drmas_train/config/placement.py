@@ -56,7 +56,7 @@ class PlacementConfig:
     model's engine with its learner; set (e.g. `--set placement.rollout_pool.cpus=1`) every engine runs in an
     actor on this pool and the learner pools only train, so with `rollout.max_staleness` >= 1 generation
     overlaps the update (AReaL's and verl's fully-async split of GPUs). `ranks` > 1: engine replicas, each
-    sampling a share of every round; `rollout_ranks` and `strategy` do not apply to it."""
+    sampling a share of every round; `rollout_ranks` does not apply and `strategy` stays replicate."""
 
     def __post_init__(self) -> None:
         check_choices(self, "placement")
