@@ -17,9 +17,22 @@ EXTRA_BYTES_AT_E5 = {
     "dense_compressed": (E5_DIM - MINILM_DIM) // 4,  # one PQ byte per 4 dimensions
 }
 """Bytes per passage that e5's 768 dimensions add over MiniLM's 384 (what the projection adds)."""
-COMMAND = (
-    "python benchmarks/retrieval_scale.py --n {n} --seconds {seconds:g} --kinds {kinds} --real-encoded {real}{recall}"
-)
+COMMAND = "python benchmarks/retrieval_scale.py --n {n} --seconds {seconds:g} --kinds {kinds}{real}{recall}"
+N_REAL = 32_717
+"""Real passages in the benchmark's corpus (../shared/data/corpus/wiki_passages.jsonl.gz)."""
+
+
+def vector_source(run: dict) -> str:
+    """How a run's vectors were made: one encoder pass per passage, or sentence means past the encoded ones."""
+    emb, n = run.get("embed", {}), run["n"]
+    n_real = run.get("n_real", N_REAL)
+    real, filler = emb.get("real_encoded", 0), emb.get("filler_encoded", 0)
+    if real >= n_real and filler >= n - n_real:
+        return f"one MiniLM encoder pass per passage, all {n:,}"
+    return (
+        f"encoder passes for {real:,} of {n_real:,} real and {filler:,} of {n - n_real:,} filler passages,"
+        " means of three MiniLM sentence embeddings for the rest"
+    )
 
 
 def encoder_bytes(row: dict, runs: list[dict]) -> int:
@@ -53,7 +66,7 @@ def merge(runs: list[dict]) -> dict:
     for run in sorted(runs, key=lambda r: r["n"]):
         for kind, row in run["kinds"].items():
             enc = encoder_bytes(row, runs) if kind != "bm25" and not row.get("encoder_in_base") else 0
-            merged["kinds"][kind] = {**row, "n": run["n"], "encoder_bytes": enc}
+            merged["kinds"][kind] = {**row, "n": run["n"], "encoder_bytes": enc, "vectors": vector_source(run)}
         if "recall" in run:
             merged["recall"] = run["recall"]
     return merged
@@ -91,6 +104,42 @@ def summary(results: dict) -> dict:
         }
     out["reference_flat_index_gib"] = round(REFERENCE_FLAT_BYTES / GIB, 1)
     return out
+
+
+def _encoder_note(results: dict) -> str:
+    """The sentence on subtracting the encoder's RSS, for runs that loaded it after the build's baseline."""
+    subtracted = [
+        f"{k} {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if r["encoder_bytes"]
+    ]
+    if not subtracted:
+        return ""
+    return (
+        " In runs that did not sample RssAnon, the dense builds loaded the encoder after the baseline; its RSS"
+        f" (that dense server's baseline minus a BM25 server's: {', '.join(subtracted)}) is subtracted from"
+        " their build peak."
+    )
+
+
+def _pq_bytes_note(path: Path) -> list[str]:
+    """What retrieval_pq_bytes.py measured: recall at more bytes per passage, and why top-3 is fragile here."""
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    rows = [
+        f"{m} bytes: " + ", ".join(f"nprobe {k} {v:.3f}" for k, v in r["recall_at_3_by_nprobe"].items())
+        for m, r in d["by_m"].items()
+    ]
+    return [
+        "",
+        "Recall levels off with nprobe, so the product quantiser, not the clusters searched, bounds it; more"
+        f" bytes per passage (`--pq-m`) raise it (`benchmarks/retrieval_pq_bytes.py`, {path.name}): "
+        + "; ".join(rows)
+        + f". The corpus makes top-3 agreement hard: its exact 3rd and 4th scores differ by a median of"
+        f" {d['exact_gap_3rd_4th_median']:.4f} (top score {d['exact_top1_score_median']:.2f}), since the"
+        " filler recombines 16,384 real sentences, so many passages score nearly alike"
+        f" ({d['exact_top3_real_share']:.0%} of the exact top 3 are real passages). For e5's 768 dims the"
+        " default dim / 4 is 192 bytes per passage (4.0 GB of codes for wiki-18).",
+    ]
 
 
 def _table(results: dict, summ: dict) -> list[str]:
@@ -137,7 +186,9 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
             n=r["n"],
             seconds=r["seconds"],
             kinds=",".join(r["kinds"]),
-            real=r.get("embed", {}).get("real_encoded", 0),
+            real=""
+            if r.get("embed", {}).get("real_encoded", 0) >= r.get("n_real", N_REAL)
+            else f" --real-encoded {r['embed']['real_encoded']}",
             recall=f" --recall-queries {r['recall']['queries']}" if "recall" in r else "",
         )
         for r in runs
@@ -150,11 +201,10 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         " `benchmarks/retrieval_scale_data.py`). Each index kind is reported at the largest size it was run at.",
         f"Machine: {first['machine']}; shared with other engineers' jobs (1-min load average per run below).",
         "",
-        f"Corpus: the {first.get('n_real', 32717):,} real passages + filler made of recombined real sentences;"
-        " vectors all-MiniLM-L6-v2 (384 dims): encoder passes for the first"
-        f" {first.get('embed', {}).get('real_encoded', 0):,} real passages, means of MiniLM sentence embeddings"
-        " for the rest (see the data script; 1M encoder passes do not fit the time on this CPU). Recall is"
-        " MiniLM's, not e5's (e5-base-v2 cannot be downloaded here).",
+        f"Corpus: the {N_REAL:,} real passages + filler made of recombined real sentences (three each)."
+        " Vectors all-MiniLM-L6-v2 (384 dims, inputs cut at 32 word pieces), per dense run: "
+        + "; ".join(f"{kind}: {row['vectors']}" for kind, row in results["kinds"].items() if kind != "bm25")
+        + ". Recall is MiniLM's, not e5's (e5-base-v2 cannot be downloaded here).",
         "",
         *_table(results, summ),
         "",
@@ -165,14 +215,9 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         " needs and the kernel cannot drop) over the process before the build, the encoder preloaded in that"
         " baseline; '(with file pages)': VmHWM growth, which also counts pages of the memory-mapped files"
         " read and written. Serve memory per million: RSS growth over the server before its index was loaded"
-        " (encoder and libraries in the baseline), divided by millions of passages. In runs that did not"
-        " sample RssAnon, the dense builds loaded the encoder after the baseline; its"
-        " RSS (that dense server's baseline minus a BM25 server's:"
-        + ",".join(
-            f" {k} {r['encoder_bytes'] / 2**20:.0f} MiB" for k, r in results["kinds"].items() if r["encoder_bytes"]
-        )
-        + ") is"
-        " subtracted from their build peak. Serving RSS is read after the load run, so memory-mapped pages"
+        " (encoder and libraries in the baseline), divided by millions of passages."
+        + _encoder_note(results)
+        + " Serving RSS is read after the load run, so memory-mapped pages"
         " the searches touched count (for exact dense: every vector, each batch scans them all; for all: the"
         " passage store's pages read and the query encoder's working memory, fixed costs that per-million"
         " figures from a smaller run overstate). RSS also counts"
@@ -195,18 +240,19 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
             f" {rec['built_nprobe']}) against exact search over the same vectors, {rec['queries']} HotpotQA dev"
             f" questions encoded with MiniLM: **{rec['recall_at_3']:.3f}** ({by}).",
             f"At build time (`build_index` reports it; {br['queries']}): {br['recall']:.3f}.",
+            *_pq_bytes_note(out_dir / "retrieval_pq_bytes.json"),
             "",
         ]
-    emb = next((r["embed"] for r in runs if any(k.endswith("_per_s") for k in r.get("embed", {}))), {})
+    emb = max(runs, key=lambda r: r.get("embed", {}).get("filler_encoded", 0)).get("embed", {})
     if emb:
         lines += [
             "## Encoding cost",
             "",
-            "MiniLM on this CPU, inputs cut at 32 word pieces, averaged over the encoding log (load average"
-            " 8-24 while it ran): "
+            "MiniLM on this CPU, inputs cut at 32 word pieces (`retrieval_scale_data.py`; the filler under"
+            " bf16 autocast, cosine 0.99999 to fp32; load 2-15 while it ran, other jobs at nice 17): "
             + ", ".join(f"{k[:-6]} {v:.0f} texts/s" for k, v in emb.items() if k.endswith("_per_s"))
-            + ". At that rate 1M passages would take hours here, which is why filler vectors are sentence means;"
-            " for wiki-18, the reference's e5_Flat.index already holds the vectors and `--vectors` streams them.",
+            + ". For wiki-18 the reference's e5_Flat.index already holds the vectors, and `--vectors` streams"
+            " them, so no encoding is needed there.",
             "",
         ]
     lines += [
