@@ -7,7 +7,9 @@
 Each run is `Trainer.train()` of the preset for `--steps` steps (validation off, checkpoints skipped:
 the benchmark times steps), one process per run, the runs interleaved (k = 0, 1, 2, then again for each
 rep) so that a change in the machine's load hits every k alike; same seed for all. The step time is
-the wall time between two steps' ends (the first step, warming up, is left out). k = 0 runs also give
+the wall time between two steps' ends, over the steps with the pipeline full: the first (filling it)
+and the last k (no rollout beside their update) are left out, so `--steps` must be at least k + 2;
+the whole run's time (`run_s`) is reported beside it. k = 0 runs also give
 the per-phase times the pipeline model takes:
 
 - generate: `time/rollout` of a synchronous step (sampling, envs, prompts);
@@ -156,8 +158,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             run = json.loads(out.stdout.strip().splitlines()[-1])
             run.update(rep=rep, load_before=before, load_after=load_line())
             runs.append(run)
-            steady = run["walls"][1:]
-            print(f"rep {rep} k={k}: {sum(steady) / len(steady):.2f} s/step (steps 2..), load {before}", flush=True)
+            steady = steady_walls(run)
+            line = f"{sum(steady) / len(steady):.2f} s/step (steady steps)" if steady else "no steady step"
+            print(f"rep {rep} k={k}: {line}, {sum(run['walls']):.1f} s in all, load {before}", flush=True)
     return {"cpu": cpu_line(), "preset": args.preset, "steps": args.steps, "placed": args.placed, "runs": runs}
 
 
@@ -200,16 +203,32 @@ def project(presets=PAPER_PRESETS, devices: int = 4) -> dict[str, Any]:
     return out
 
 
+def steady_walls(run: dict[str, Any]) -> list[float]:
+    """The step times of a run's full pipeline: without the first step (filling it) and the last k.
+
+    With k >= 1 the last k steps have no rollout running beside their update (no later step to sample
+    for), so they are faster than a long run's steps; counting them flatters k >= 1. A run needs at least
+    k + 2 steps to have a steady one.
+    """
+    walls = run["walls"]
+    return walls[1 : len(walls) - run["k"]]
+
+
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """Mean steady step time per k, the measured speed-ups and the model's CPU bounds."""
-    by_k: dict[int, list[float]] = {}
+    """Per k: steady step time, whole-run time; the measured speed-ups and the model's CPU bounds."""
+    steady: dict[int, list[float]] = {}
+    total: dict[int, list[float]] = {}
     for run in result["runs"]:
-        by_k.setdefault(run["k"], []).extend(run["walls"][1:])
-    mean = {k: sum(v) / len(v) for k, v in by_k.items()}
+        steady.setdefault(run["k"], []).extend(steady_walls(run))
+        total.setdefault(run["k"], []).append(sum(run["walls"]))
+    step = {k: sum(v) / len(v) if v else None for k, v in steady.items()}
+    whole = {k: sum(v) / len(v) for k, v in total.items()}
     p = phases_of(result["runs"])
     best, worst = cpu_bounds(p)
-    out = {"step_s": mean, "phases": p.__dict__, "model_no_contention_s": best, "model_full_contention_s": worst}
-    out["speedup"] = {k: mean[0] / v for k, v in mean.items()}
+    out = {"step_s": step, "run_s": whole, "phases": p.__dict__}
+    out |= {"model_no_contention_s": best, "model_full_contention_s": worst}
+    out["speedup"] = {k: step[0] / v if v else None for k, v in step.items()}
+    out["run_speedup"] = {k: whole[0] / v for k, v in whole.items()}
     out["model_speedup_range"] = (1.0, sync_step_s(p) / best)
     return out
 
@@ -225,8 +244,16 @@ def main() -> None:
     ap.add_argument("--no-project", action="store_true", help="only the measured runs (no projection)")
     ap.add_argument("--placed", action="store_true", help="a learner pool beside a rollout pool, 1 CPU each")
     ap.add_argument("--out", type=Path, default=None, help="default results/async.json (async_placed.json)")
+    ap.add_argument("--resummarize", action="store_true", help="recompute the summary of --out's raw runs")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.resummarize:
+        path = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
+        result = json.loads(path.read_text())
+        result["summary"] = summary(result)
+        path.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(json.dumps(result["summary"], indent=1, default=float))
+        return
     if args.one is not None:
         print(json.dumps(one_run(args.preset, args.one, args.steps, args.backend, args.placed)))
         return

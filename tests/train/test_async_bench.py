@@ -30,4 +30,15 @@ def test_one_run_measures_steps_and_staleness(tmp_path):
     assert [r["rollout/staleness_mean"] for r in run["rows"]] == [0.0, 1.0, 1.0]
     phases = bench.phases_of([{**bench.one_run("smoke", 0, 2, None)}])
     assert phases.generate > 0 and phases.update > 0 and phases.push >= 0
-    assert bench.summary({"runs": [run, {**run, "k": 0}]})["speedup"][1] == pytest.approx(1.0)
+    summary = bench.summary({"runs": [run, {**run, "k": 0}]})
+    w = run["walls"]
+    assert summary["run_speedup"][1] == pytest.approx(1.0)  # the same walls, whole runs
+    assert summary["speedup"][1] == pytest.approx((w[1] + w[2]) / 2 / w[1])  # k = 1 drops its last step
+
+
+def test_steady_steps_leave_out_the_fill_and_the_drain():
+    bench = load("async_bench")
+    assert bench.steady_walls({"k": 0, "walls": [9.0, 4.0, 5.0]}) == [4.0, 5.0]
+    # k = 2: the last two steps update with no rollout beside them, so they are not steady
+    assert bench.steady_walls({"k": 2, "walls": [9.0, 4.0, 5.0, 2.0, 2.0]}) == [4.0, 5.0]
+    assert bench.steady_walls({"k": 2, "walls": [9.0, 2.0, 2.0]}) == []
