@@ -247,17 +247,16 @@ def main() -> None:
     ap.add_argument("--resummarize", action="store_true", help="recompute the summary of --out's raw runs")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.out = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
     if args.resummarize:
-        path = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
-        result = json.loads(path.read_text())
+        result = json.loads(args.out.read_text())
         result["summary"] = summary(result)
-        path.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(json.dumps(result["summary"], indent=1, default=float))
         return
     if args.one is not None:
         print(json.dumps(one_run(args.preset, args.one, args.steps, args.backend, args.placed)))
         return
-    args.out = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
     result: dict[str, Any] = {} if args.no_project else {"projection": project()}
     if not args.project:
         result.update(measure(args))

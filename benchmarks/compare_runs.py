@@ -9,7 +9,6 @@ Prints each differing (step, metric, a, b) and the count; exits 1 when any diffe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,8 +20,9 @@ def skipped(key: str) -> bool:
 
 def differences(a: Path, b: Path) -> list[tuple[int | None, str, object, object]]:
     """(step, metric, value in a, value in b) for every metric that differs, or is missing from one run."""
-    rows_a = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows_b = [json.loads(line) for line in (b / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from drmas_train.stability import read_jsonl
+
+    rows_a, rows_b = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
     out: list[tuple[int | None, str, object, object]] = []
     if len(rows_a) != len(rows_b):
         out.append((None, "rows", len(rows_a), len(rows_b)))

@@ -23,9 +23,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from machine import cpu_line  # noqa: E402
+from retrieval_scale_report import N_REAL  # noqa: E402
 from service_load import questions  # noqa: E402
-
-N_REAL = 32_717
 
 
 def main() -> None:

