@@ -22,10 +22,32 @@ _TEAM = (
     "Search results are shown as <information>Doc 1(Title: ...) ... Doc 2(Title: ...) ...</information>. "
 )
 
-# The short examples at the end of each system prompt are there for small models: without them
-# SmolLM2-135M wrote no tag at all in almost every sampled call, so every call got the same reward
-# and training had no signal (benchmarks/search_format_smollm2.py measures the difference).
-_EXAMPLE_INFO = "<information>Doc 1(Title: Marie Curie) Marie Curie was born in Warsaw in 1867. ...</information>"
+# The examples at the end of each system prompt are there for small models. Without them SmolLM2-135M wrote
+# no tag at all in almost every sampled call (benchmarks/search_format_smollm2.py). With a single example it
+# copied the example itself: its query ("Marie Curie birthplace") and its answer ("Warsaw"). Three examples of
+# different kinds, whose query is the question's entity copied, took the untrained model from avg@4 0.10 to
+# 0.13 at three passages a search, and to 0.29 at one (benchmarks/results/cpu_default/search-2agent/README.md).
+_EXAMPLE_INFO = (
+    "<information>Doc 1(Title: Marie Curie) Marie Curie (born 1867 in Warsaw) was a physicist.</information>"
+)
+_QUERY_RULE = (
+    "The query is the name of the person, place or organisation the question asks about, copied from the question."
+)
+_QUERY_EXAMPLES = (
+    "Question: Where was Marie Curie born?\nQuery: <search>Marie Curie</search>\n"
+    "Question: Who founded Acme Works?\nQuery: <search>Acme Works</search>\n"
+    "Question: On which river does Vienna lie?\nQuery: <search>Vienna</search>"
+)
+_ANSWER_EXAMPLES = (
+    f"Question: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\n"
+    "Answer: <answer>Warsaw</answer>\n"
+    "Question: In which year was Acme Works founded? History: <search>Acme Works</search> <information>Doc 1"
+    "(Title: Acme Works) Acme Works is a mining company founded in 1901 by John Smith.</information>\n"
+    "Answer: <answer>1901</answer>\n"
+    "Question: On which river does Vienna lie? History: <search>Vienna</search> <information>Doc 1(Title: Vienna) "
+    "Vienna is a city in Austria. It lies on the Danube river.</information>\n"
+    "Answer: <answer>Danube</answer>"
+)
 
 VERIFIER = PromptTemplate(
     system=_TEAM
@@ -40,24 +62,24 @@ VERIFIER = PromptTemplate(
 
 SEARCH = PromptTemplate(
     system=_TEAM + "You are the Search agent. Write one search query that finds the information still missing, "
-    "inside <search>...</search>. A good query names the entity you need to look up.\n\n"
-    "Example:\nQuestion: Where was Marie Curie born?\nQuery: <search>Marie Curie birthplace</search>",
+    f"inside <search>...</search>. {_QUERY_RULE}\n\nExamples:\n{_QUERY_EXAMPLES}",
     user="Question: {question}\n\nSearch history:\n{history}\n\nWrite the next search query.",
 )
 
 ANSWER = PromptTemplate(
     system=_TEAM + "You are the Answer agent. Answer the question from the information gathered, with a short phrase "
-    "(a name, a place, a date or a number), inside <answer>...</answer>.\n\n"
-    f"Example:\nQuestion: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\n"
-    "Answer: <answer>Warsaw</answer>",
+    "copied from the documents (a name, a place, a year or a number), inside <answer>...</answer>.\n\n"
+    f"Examples:\n{_ANSWER_EXAMPLES}",
     user="Question: {question}\n\nSearch history:\n{history}\n\nGive the answer.",
 )
 
 SEARCH_OR_DONE = PromptTemplate(
     system=_TEAM + "You are the Search agent. Each turn, either write one search query inside <search>...</search>, "
-    "or, when the information gathered is enough to answer, hand over to the Answer agent by writing <done>.\n\n"
+    f"or, when the information gathered is enough to answer, hand over to the Answer agent by writing <done>. "
+    f"{_QUERY_RULE}\n\n"
     "Examples:\nQuestion: Where was Marie Curie born? History: (no searches yet)\n"
-    "Reply: <search>Marie Curie birthplace</search>\n"
+    "Reply: <search>Marie Curie</search>\n"
+    "Question: Who founded Acme Works? History: (no searches yet)\nReply: <search>Acme Works</search>\n"
     f"Question: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\nReply: <done>",
     user="Question: {question}\n\nSearch history:\n{history}\n\nSearches left: {searches_left}. "
     "Search again, or write <done>.",
@@ -66,12 +88,15 @@ SEARCH_OR_DONE = PromptTemplate(
 SEARCHER = PromptTemplate(
     system="Answer the question. You may use a Wikipedia-style search engine: write a query inside "
     "<search>...</search> and the results come back as <information>Doc 1(Title: ...) ...</information>. "
-    "Each turn, either search once or give the final answer, a short phrase, inside <answer>...</answer>. "
-    "When no searches are left, you must answer.\n\n"
+    f"{_QUERY_RULE} Each turn, either search once or give the final answer, a short phrase copied from the "
+    "documents, inside <answer>...</answer>. When no searches are left, you must answer.\n\n"
     "Examples:\nQuestion: Where was Marie Curie born? History: (no searches yet)\n"
-    "Reply: <search>Marie Curie birthplace</search>\n"
+    "Reply: <search>Marie Curie</search>\n"
     f"Question: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\n"
-    "Reply: <answer>Warsaw</answer>",
+    "Reply: <answer>Warsaw</answer>\n"
+    "Question: In which year was Acme Works founded? History: <search>Acme Works</search> <information>Doc 1"
+    "(Title: Acme Works) Acme Works is a mining company founded in 1901 by John Smith.</information>\n"
+    "Reply: <answer>1901</answer>",
     user="Question: {question}\n\nSearch history:\n{history}\n\nSearches left: {searches_left}.",
 )
 
