@@ -66,3 +66,27 @@ def test_bad_hops_are_clear_errors(bad, match):
 def test_hops_on_a_question_file_is_a_clear_error(toy):
     with pytest.raises(ValueError, match="no hop counts"):
         drmas_envs.make("search-2agent", hops=[1], **toy)
+
+
+def test_the_project_prompts_examples_practise_their_rules():
+    """A small model copies the worked examples: every example query is the question's entity copied from the
+    question (an extra word such as "birthplace" was copied into queries the corpus could not match), and every
+    example answer is copied from the passage it was given."""
+    import re
+
+    from drmas_envs.search import prompts as P
+
+    for name, template in [("search", P.SEARCH), ("search_or_done", P.SEARCH_OR_DONE), ("searcher", P.SEARCHER)]:
+        pairs = re.findall(
+            r"Question: ([^\n]*?)(?: History: \(no searches yet\))?\n(?:Query|Reply): <search>(.*?)</search>",
+            template.system,
+        )
+        assert len(pairs) >= 1, name
+        for question, query in pairs:
+            assert query in question, (name, query, question)
+    answers = re.findall(r"<information>(.*?)</information>\n(?:Answer|Reply): <answer>(.*?)</answer>", P.ANSWER.system)
+    assert len(answers) == 3 and len({a for _, a in answers}) == 3  # three kinds: a place, a year, a river
+    for passage, answer in answers + re.findall(
+        r"<information>(.*?)</information>\n(?:Answer|Reply): <answer>(.*?)</answer>", P.SEARCHER.system
+    ):
+        assert answer in passage
