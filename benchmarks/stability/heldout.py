@@ -255,6 +255,39 @@ def curves_table(runs: Sequence[ValRun], keys: Sequence[str]) -> list[str]:
     return lines
 
 
+BEHAVIOUR = ("val/valid/", "val/response_tokens/")  # per-agent validation keys, then the Verifier's approvals
+APPROVALS = ("val/approve_right", "val/approve_wrong")
+
+
+def behaviour_table(runs: Sequence[ValRun]) -> list[str]:
+    """What each agent learned on the held-out set: per run, its first and last common validation value of
+    every agent's well-formed share and reply length, and the Verifier's approvals of right / wrong attempts."""
+    found = {k for r in runs for row in r.val_rows for k in row}
+    keys = [k for prefix in BEHAVIOUR for k in sorted(found) if k.startswith(prefix)] + [
+        k for k in APPROVALS if k in found
+    ]
+    spans = {k: s for k in keys if (s := span(runs, k))}
+    if not spans:
+        return []
+    lines = [
+        "### What each agent learned",
+        "",
+        "Held-out, first -> last validation step every run has: each agent's well-formed share (`val/valid/<agent>`) "
+        "and reply length in tokens (`val/response_tokens/<agent>`); where the env grades the Verifier, how often it "
+        "approved a right / a wrong attempt.",
+        "",
+        "| run | " + " | ".join(k.removeprefix("val/") for k in spans) + " |",
+        "|---" * (len(spans) + 1) + "|",
+    ]
+    for r in runs:
+        cells = []
+        for key, (first, last) in spans.items():
+            values = curve(r.val_rows, key)
+            cells.append(f"{values[first]:.3g} -> {values[last]:.3g}")
+        lines.append(f"| {r.estimator} s{r.seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _stat_row(label: str, key: str, steps: tuple[int, int], by_seed: Mapping[int, float]) -> str:
     iv = t_interval(by_seed.values())
     seeds = ", ".join(f"s{s} {signed(v)}" for s, v in sorted(by_seed.items()))
@@ -274,6 +307,8 @@ def section(runs: Sequence[ValRun], baseline: str = BASELINE) -> str:
     if not runs or not keys:
         return ""
     lines = ["## Held-out accuracy", "", *protocol(runs), "### Validation curves", "", *curves_table(runs, keys)]
+    if learned := behaviour_table(runs):
+        lines += ["", *learned]
     spans = {k: s for k in keys if (s := span(runs, k))}
     if not spans:
         lines += ["", "Fewer than two validation steps common to every run: no gains to report."]

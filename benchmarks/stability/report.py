@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,8 @@ def windowed_means(values: np.ndarray, windows: int) -> list[float]:
 
 
 def learning_table(runs: list[Run], windows: int = WINDOWS) -> str:
-    """What the runs learn: per estimator, well-formed share per agent and accuracy over step windows.
+    """What the runs learn: per estimator, each agent's well-formed share and reply length, the
+    Verifier's approvals (envs that grade its verdicts) and accuracy, over step windows.
 
     One step's rates come from a handful of episodes, so windows of several steps are what can be
     read; the steps compared are those every run has. With several seeds per estimator, one row per
@@ -202,30 +204,44 @@ def learning_table(runs: list[Run], windows: int = WINDOWS) -> str:
     bounds = [(int(part[0]) + 1, int(part[-1]) + 1) for part in np.array_split(np.arange(n), min(windows, n))]
     span = " / ".join(f"{a}-{b}" for a, b in bounds)
     agents = sorted({a for r in runs for a in r.keys("valid/")})
+    columns = [(f"{a} well-formed", f"valid/{a}", rate) for a in agents]
+    columns += [
+        (f"{a} reply tokens", f"response_tokens/{a}", fmt)
+        for a in sorted({a for r in runs for a in r.keys("response_tokens/")})
+    ]
+    columns += [
+        (f"approve {w}", f"approve_{w}", rate)
+        for w in ("right", "wrong")
+        if any(f"approve_{w}" in row for r in runs for row in r.rows)
+    ]
+    columns.append(("accuracy", "accuracy", rate))
     lines = [
         "## What the runs learn",
         "",
-        f"Mean over steps {span} (and over seeds) of each agent's well-formed share of calls (`valid/<agent>`) "
-        "and of accuracy; the last column is the mean wall time of a step.",
+        f"Mean over steps {span} (and over seeds) of each agent's well-formed share of calls (`valid/<agent>`), "
+        "its reply length in tokens (`response_tokens/<agent>`), where the env grades the Verifier's verdicts "
+        "how often it approved a right / a wrong attempt (`approve_right` / `approve_wrong`), and accuracy; "
+        "the last column is the mean wall time of a step.",
         "",
-        "| estimator | " + " | ".join(f"{a} well-formed" for a in agents) + " | accuracy | s / step |",
-        "|---" * (len(agents) + 3) + "|",
+        "| estimator | " + " | ".join(head for head, _, _ in columns) + " | s / step |",
+        "|---" * (len(columns) + 2) + "|",
     ]
     estimators = sorted({r.estimator for r in runs})
     groups = [(est, [r for r in runs if r.estimator == est]) for est in estimators]
     if len(runs) > len(estimators):
         groups += [(r.label, [r]) for r in sorted(runs, key=lambda r: (r.estimator, r.seed))]
-    keys = [f"valid/{a}" for a in agents] + ["accuracy"]
-    lines += [_learning_row(label, mine, keys, n, windows) for label, mine in groups]
+    lines += [_learning_row(label, mine, columns, n, windows) for label, mine in groups]
     return "\n".join(lines) + "\n"
 
 
-def _learning_row(label: str, runs: list[Run], keys: list[str], n: int, windows: int) -> str:
-    """One learning-table row: each key's windowed means over the first `n` steps, averaged over `runs`."""
+def _learning_row(
+    label: str, runs: list[Run], columns: list[tuple[str, str, Callable[[float], str]]], n: int, windows: int
+) -> str:
+    """One learning-table row: each column's windowed means over the first `n` steps, averaged over `runs`."""
     cells = []
-    for key in keys:
+    for _, key, show in columns:
         per_run = np.array([windowed_means(r.series(key)[:n], windows) for r in runs])
-        cells.append(" / ".join(rate(nanmean(col)) for col in per_run.T))
+        cells.append(" / ".join(show(nanmean(col)) for col in per_run.T))
     seconds = nanmean([nanmean(r.series("time/step")[:n]) for r in runs])
     return f"| {label} | " + " | ".join(cells) + f" | {fmt(seconds)} |"
 

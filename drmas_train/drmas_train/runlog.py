@@ -26,6 +26,26 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def logged_episodes(group_of: Sequence[int], k: int) -> list[int]:
+    """The `k` episodes of a step to log: the first of every group, then the second of every group, ...
+
+    One episode of each task comes before a second of any, for variety; `k` above the group count still
+    logs `k` episodes (up to every episode of the step).
+
+    Args:
+        group_of: each episode's group, indexed by episode.
+        k: how many to return.
+
+    """
+    members: dict[int, list[int]] = {}
+    for e, g in enumerate(group_of):
+        members.setdefault(g, []).append(e)
+    picked: list[int] = []
+    for rank in range(max((len(m) for m in members.values()), default=0)):
+        picked.extend(m[rank] for m in members.values() if rank < len(m))
+    return picked[: max(k, 0)]
+
+
 def _truncate_jsonl(path: Path, last_step: int) -> None:
     """Drop the rows of `path` whose step is after `last_step` (a half-written last line too)."""
     if not path.is_file():

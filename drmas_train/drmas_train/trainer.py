@@ -62,7 +62,7 @@ from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.rollout.pipeline import RolloutProducer
 from drmas_train.rollout.versions import drop_stale_groups, staleness_stats
-from drmas_train.runlog import RunLog
+from drmas_train.runlog import RunLog, logged_episodes
 from drmas_train.validation import (
     agent_sampling,
     evaluate_team,
@@ -286,7 +286,7 @@ class Trainer:
         if cfg.eval.due(self.step, cfg.steps):
             row.update(self.validate())  # after time/step: a step's time is training only
         self.runlog.metrics(row)
-        self.runlog.trajectories(self.step, batch, self._logged_episodes(batch))
+        self.runlog.trajectories(self.step, batch, logged_episodes(batch.group_of, self.cfg.log.trajectories_per_step))
         every = cfg.log.checkpoint_every
         if (every > 0 and self.step % every == 0) or self.step == cfg.steps:
             self.save()
@@ -344,12 +344,6 @@ class Trainer:
         row["time/validate"] = time.perf_counter() - t0
         log.debug("validation at step %d: %s", self.step, _brief(row))
         return row
-
-    def _logged_episodes(self, batch: RolloutBatch) -> list[int]:
-        """The first episode of the first groups (one per task, for variety)."""
-        n, k = self.cfg.rollout.group_size, self.cfg.log.trajectories_per_step
-        firsts = list(range(0, len(batch.episodes), n))
-        return firsts[:k]
 
     def train(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
         """Run until `cfg.steps` steps are done; return this call's metric rows (training steps).

@@ -354,3 +354,40 @@ def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
     assert "| grpo | 0.08 / 0.30 / 0.45 | 0.08 / 0.30 / 0.45 | 10 |" in text
     assert "| grpo s0 | 0.05 / 0.20 / 0.30 | 0.05 / 0.20 / 0.30 | 10 |" in text
     assert "| grpo s1 | 0.10 / 0.40 / 0.60 | 0.10 / 0.40 / 0.60 | 10 |" in text
+
+
+def test_learning_table_shows_reply_length_and_the_verifiers_approvals(tmp_path):
+    report = load("report")
+    path = write_run(tmp_path / "d0", "drmas", [1] * 3, [0] * 3)
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    for i, row in enumerate(rows):  # tokens 30, 20, 10; approvals of right 0.5, 1, 1 and of wrong 1, 0.5, 0
+        row.update({"response_tokens/solver": 30 - 10 * i, "approve_right": min(0.5 + 0.5 * i, 1.0)})
+        row["approve_wrong"] = 1 - 0.5 * i
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = report.write_report([path], tmp_path / "out", title="T").read_text()
+    assert "| estimator | solver well-formed | solver reply tokens | approve right | approve wrong | accuracy |" in text
+    assert (
+        "| drmas | 0.00 / 0.10 / 0.20 | 30 / 20 / 10 | 0.50 / 1.00 / 1.00 | 1.00 / 0.50 / 0.00 | 0.00 / 0.10 / 0.20 |"
+        in text
+    )
+
+
+def test_held_out_section_says_what_each_agent_learned(tmp_path):
+    report = load("report")
+
+    def val(valid, tokens, right, wrong):
+        agent = {"val/valid/solver": valid, "val/response_tokens/solver": tokens}
+        return {**_val(0.5, 0.5, 0.5), **agent, "val/approve_right": right, "val/approve_wrong": wrong}
+
+    runs = [
+        write_run(
+            tmp_path / "d0", "drmas", [1] * 2, [0] * 2, val={0: val(0.2, 40, 0.4, 0.5), 2: val(1.0, 20, 0.9, 0.1)}
+        ),
+        write_run(
+            tmp_path / "g0", "grpo", [1] * 2, [0] * 2, val={0: val(0.2, 40, 0.4, 0.5), 2: val(0.5, 12, 0.0, 0.0)}
+        ),
+    ]
+    text = report.write_report(runs, tmp_path / "out", title="T").read_text()
+    assert "| run | valid/solver | response_tokens/solver | approve_right | approve_wrong |" in text
+    assert "| drmas s0 | 0.2 -> 1 | 40 -> 20 | 0.4 -> 0.9 | 0.5 -> 0.1 |" in text
+    assert "| grpo s0 | 0.2 -> 0.5 | 40 -> 12 | 0.4 -> 0 | 0.5 -> 0 |" in text

@@ -156,7 +156,8 @@ class LogConfig:
     run_dir: str = "runs/latest"
     """Where config.yaml, metrics.jsonl, trajectories.jsonl, tb/ and checkpoints/ go."""
     trajectories_per_step: int = 2
-    """Episodes per step written to trajectories.jsonl (every call: prompt, response, reward, advantage)."""
+    """Episodes per step written to trajectories.jsonl (every call: prompt, response, reward, advantage): the
+    first of every group, then the second of every group, and so on."""
     tensorboard: bool = True
     """Also write TensorBoard event files under <run_dir>/tb."""
     checkpoint_every: int = 1
