@@ -3,7 +3,7 @@
 Each case spawns W real processes joined over TCP on loopback (torch.distributed, gloo), every rank
 loading the same tiny Llama and getting the same records; the ranks' gradients, metrics, post-step
 weights and optimizer state are compared with one process doing the whole batch. Tolerance 1e-5
-relative (weights: 1e-6 absolute, lr / 1000): only the float summation order differs. Both
+relative (weights: 1e-5 absolute, lr / 100): only the float summation order differs. Both
 strategies run: "replicate" (all-reduce) and "fsdp" (FSDP2 shards, gathered whole for comparison).
 """
 
@@ -172,6 +172,7 @@ def assert_same_optimizer_state(got, ref):
 
 
 KL = {"kl_coef": 0.1}
+WEIGHT_ATOL = 1e-5  # lr / 100 (the test learner's lr is 1e-3): see the step check below
 
 
 @pytest.mark.parametrize(
@@ -202,15 +203,17 @@ def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(
     ranks = spawn(world, folder, batch, micro, lora, tmp_path, strategy, ppo)
     for got in ranks:
         assert_close_dicts(got["grads"], ref["grads"])
-        # Adam's first step moves a weight by lr * g / (|g| + eps): for |g| near eps a 1e-7 relative
-        # difference in g shows, so the weights get an absolute tolerance of lr / 1000.
-        assert_close_dicts(got["weights"], ref["weights"], atol=1e-6)
+        # Adam's first step moves a weight by lr * g / (|g| + eps), whose slope at |g| = eps is lr / (4 eps):
+        # there a gradient difference far inside the gradient tolerance (1e-10) moves the weight by 2.5e-6.
+        # Such elements are rare (1 in 16,384 on an AMX Xeon, off by 3.4e-6), so the weights get an
+        # absolute tolerance of lr / 100.
+        assert_close_dicts(got["weights"], ref["weights"], atol=WEIGHT_ATOL)
         assert got["metrics"].keys() == ref["metrics"].keys()
         for k, v in ref["metrics"].items():
             assert math.isclose(got["metrics"][k], v, rel_tol=1e-5, abs_tol=1e-7), k
         assert_same_optimizer_state(got["state"]["optimizer"], ref["state"]["optimizer"])
         assert_same_optimizer_state(got["reloaded"]["optimizer"], got["state"]["optimizer"])
-        assert_close_dicts({k: got["full"][k] for k in ref["weights"]}, ref["weights"], atol=1e-6)
+        assert_close_dicts({k: got["full"][k] for k in ref["weights"]}, ref["weights"], atol=WEIGHT_ATOL)
         assert_close_dicts(got["full_reloaded"], got["full"])
     if "b" not in adapters and lora:
         assert all(g is None for name, g in ref["grads"].items() if ".b." in name and "lora_" in name)

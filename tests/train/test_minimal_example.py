@@ -107,7 +107,9 @@ def test_ppo_update_lowers_the_loss_on_a_fixed_batch(ex, policy):
     finally:
         model.load_state_dict(saved)
     assert losses[0] == pytest.approx(before, abs=1e-6)  # on-policy: the first epoch is at ratio 1
-    assert all(b < a for a, b in zip(losses, losses[1:] + [after])), (losses, after)
+    # Every later epoch and the updated model sit below the on-policy loss. Epoch to epoch the clipped
+    # loss need not fall monotonically (an AMX Xeon's kernels gave 0.205 then 0.212 at epochs 3-4).
+    assert max(losses[1:] + [after]) < losses[0], (losses, after)
     assert after < before - 0.1, (before, after)
 
 

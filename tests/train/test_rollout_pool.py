@@ -107,7 +107,9 @@ def test_k0_lora_on_a_rollout_pool_trains_as_the_single_process_and_a_dead_engin
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert "val/avg@2" in rows[1] and "val/avg@2" in reference[1]
-    assert all(r["grad_norm/solver"] > 0 and r["grad_norm/verifier"] > 0 for r in rows)
+    # Each model trained on some step (a step whose rewards are all equal has gradient 0), so the
+    # comparison below is of real updates.
+    assert all(any(r[f"grad_norm/{m}"] > 0 for r in rows) for m in ("solver", "verifier")), rows
     for got, ref in zip(rows, reference):
         for key in (k for k in KEYS if k in ref):
             assert got[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), key
