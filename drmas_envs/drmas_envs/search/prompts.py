@@ -26,9 +26,12 @@ _TEAM = (
 # no tag at all in almost every sampled call (benchmarks/search_format_smollm2.py). With a single example it
 # copied the example itself: its query ("Marie Curie birthplace") and its answer ("Warsaw"). Three examples of
 # different kinds, whose query is the question's entity copied, took the untrained model from avg@4 0.10 to
-# 0.13 at three passages a search, and to 0.29 at one (benchmarks/results/cpu_default/search-2agent/README.md).
+# 0.14 at three passages a search, and to 0.31 at one (benchmarks/results/cpu_default/search-2agent/README.md).
 _EXAMPLE_INFO = (
     "<information>Doc 1(Title: Marie Curie) Marie Curie (born 1867 in Warsaw) was a physicist.</information>"
+)
+_ACME_INFO = (
+    "<information>Doc 1(Title: Acme Works) Acme Works is a mining company founded in 1901 by John Smith.</information>"
 )
 _QUERY_RULE = (
     "The query is the name of the person, place or organisation the question asks about, copied from the question."
@@ -41,8 +44,7 @@ _QUERY_EXAMPLES = (
 _ANSWER_EXAMPLES = (
     f"Question: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\n"
     "Answer: <answer>Warsaw</answer>\n"
-    "Question: In which year was Acme Works founded? History: <search>Acme Works</search> <information>Doc 1"
-    "(Title: Acme Works) Acme Works is a mining company founded in 1901 by John Smith.</information>\n"
+    f"Question: In which year was Acme Works founded? History: <search>Acme Works</search> {_ACME_INFO}\n"
     "Answer: <answer>1901</answer>\n"
     "Question: On which river does Vienna lie? History: <search>Vienna</search> <information>Doc 1(Title: Vienna) "
     "Vienna is a city in Austria. It lies on the Danube river.</information>\n"
@@ -94,8 +96,7 @@ SEARCHER = PromptTemplate(
     "Reply: <search>Marie Curie</search>\n"
     f"Question: Where was Marie Curie born? History: <search>Marie Curie</search> {_EXAMPLE_INFO}\n"
     "Reply: <answer>Warsaw</answer>\n"
-    "Question: In which year was Acme Works founded? History: <search>Acme Works</search> <information>Doc 1"
-    "(Title: Acme Works) Acme Works is a mining company founded in 1901 by John Smith.</information>\n"
+    f"Question: In which year was Acme Works founded? History: <search>Acme Works</search> {_ACME_INFO}\n"
     "Reply: <answer>1901</answer>",
     user="Question: {question}\n\nSearch history:\n{history}\n\nSearches left: {searches_left}.",
 )
