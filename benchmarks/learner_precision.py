@@ -1,6 +1,8 @@
 """The learner's mixed precision (`learner.compute_dtype`) against fp32 on one real batch of the default run.
 
     .venv/bin/python benchmarks/learner_precision.py --records runs/bench/records.json [--repeats 4]
+    .venv/bin/python benchmarks/learner_precision.py --settings float32,bfloat16,bfloat16+compile \
+        --out benchmarks/results/learner_compile.json
 
 The records are one real rollout of the `cpu` preset (math-2agent, SmolLM2-135M-Instruct, 8 prompts x 4,
 its sampling and lengths), collected with `benchmarks/learner_sharing.py --collect` when the file does
@@ -8,10 +10,13 @@ not exist. Advantages are drawn from a standard normal (seed 0): their signs and
 their values. In one process, with the preset's learner settings (micro-batch 8, forward auto, the
 preset's lr) and torch's default threads:
 - update time: `Learner.update` (forward, backward, AdamW step) on a fresh copy of the weights, the
-  settings alternating float32 / bfloat16 for `repeats` rounds after one warm-up each, median reported;
-- gradient agreement: the gradient of the same loss on the same weights under each setting, cosine of
-  the whole flattened gradient (in float64) and the largest per-tensor relative difference;
-- log-prob agreement: the largest |log p_bf16 - log p_fp32| over the batch's response tokens.
+  settings alternating for `repeats` rounds after one warm-up each, median reported. A setting is a
+  `learner.compute_dtype`, with `+compile` for `learner.compile_layers` (its warm-up, the first pass,
+  includes compiling, into an empty inductor cache: what a fresh machine pays once per run);
+- gradient agreement: the gradient of the same loss on the same weights under each setting against the
+  first setting's, cosine of the whole flattened gradient (in float64) and the largest per-tensor
+  relative difference;
+- log-prob agreement: the largest |log p - log p_first| over the batch's response tokens.
 Writes the figures to `--out` (JSON) and prints them with the CPU and the load average.
 """
 
@@ -24,6 +29,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +54,19 @@ def _flat_grad(model):
     return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
 
 
-def measure(records_path: Path, repeats: int) -> dict:
+def _setting(base_cfg, setting: str):
+    dtype, _, extra = setting.partition("+")
+    if extra not in ("", "compile"):
+        raise SystemExit(f"a setting is DTYPE or DTYPE+compile, got {setting!r}")
+    return dataclasses.replace(base_cfg, compute_dtype=dtype, compile_layers=extra == "compile")
+
+
+def _cosine(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a @ b) / (a.norm() * b.norm()))
+
+
+def measure(records_path: Path, repeats: int, settings: list[str]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -61,42 +79,46 @@ def measure(records_path: Path, repeats: int) -> dict:
     model = AutoModelForCausalLM.from_pretrained(
         resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"), dtype=torch.float32
     )
-    settings = ("float32", "bfloat16")
-    cfgs = {d: dataclasses.replace(base_cfg, compute_dtype=d) for d in settings}
-    grads, logps, times = {}, {}, {d: [] for d in settings}
-    for d in settings:  # gradients and log-probs on the same weights; doubles as the warm-up
+    cfgs = {s: _setting(base_cfg, s) for s in settings}
+    grads, tensors, logps, first = {}, {}, {}, {}
+    times: dict[str, list[float]] = {s: [] for s in settings}
+    for s in settings:  # gradients and log-probs on the same weights; doubles as the warm-up
         m = copy.deepcopy(model)
-        learner = Learner(m, cfgs[d])
-        logps[d] = learner.logprobs(records)
+        learner = Learner(m, cfgs[s])
+        t = time.perf_counter()
+        logps[s] = learner.logprobs(records)
         learner.compute_gradients(records)
-        grads[d] = _flat_grad(m)
-        rel = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
-        grads[d + "/tensors"] = rel
+        first[s] = time.perf_counter() - t
+        grads[s] = _flat_grad(m)
+        tensors[s] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
     for _ in range(repeats):
-        for d in settings:
-            learner = Learner(copy.deepcopy(model), cfgs[d])
+        for s in settings:
+            learner = Learner(copy.deepcopy(model), cfgs[s])
             t = time.perf_counter()
             learner.update(records)
-            times[d].append(time.perf_counter() - t)
-    g32, g16 = grads["float32"], grads["bfloat16"]
-    worst = max(
-        float((grads["bfloat16/tensors"][n] - g).norm() / g.norm().clamp_min(1e-30))
-        for n, g in grads["float32/tensors"].items()
-    )
-    dlogp = max(float((a - b).abs().max()) for a, b in zip(logps["float32"], logps["bfloat16"]) if len(a))
-    med = {d: statistics.median(times[d]) for d in settings}
-    return {
+            times[s].append(time.perf_counter() - t)
+    ref = settings[0]
+    med = {s: statistics.median(times[s]) for s in settings}
+    out = {
         "records": len(records),
         "response_tokens": sum(len(r.response_ids) for r in records),
-        "update_s": {d: [round(t, 3) for t in times[d]] for d in settings},
-        "update_s_median": {d: round(med[d], 3) for d in settings},
-        "bf16_over_fp32": round(med["bfloat16"] / med["float32"], 3),
-        "grad_cosine": float((g32.double() @ g16.double()) / (g32.double().norm() * g16.double().norm())),
-        "grad_norm_ratio": float(g16.double().norm() / g32.double().norm()),
-        "worst_tensor_rel_diff": worst,
-        "max_abs_logp_diff": dlogp,
+        "settings": settings,
+        "update_s": {s: [round(t, 3) for t in times[s]] for s in settings},
+        "update_s_median": {s: round(med[s], 3) for s in settings},
+        "first_pass_s": {s: round(first[s], 1) for s in settings},
+        f"over_{ref}": {s: round(med[s] / med[ref], 3) for s in settings},
+        "grad_cosine": {s: _cosine(grads[ref], grads[s]) for s in settings},
+        "grad_norm_ratio": {s: float(grads[s].double().norm() / grads[ref].double().norm()) for s in settings},
+        "worst_tensor_rel_diff": {
+            s: max(float((tensors[s][n] - g).norm() / g.norm().clamp_min(1e-30)) for n, g in tensors[ref].items())
+            for s in settings
+        },
+        "max_abs_logp_diff": {
+            s: max(float((a - b).abs().max()) for a, b in zip(logps[ref], logps[s]) if len(a)) for s in settings
+        },
         "torch_threads": torch.get_num_threads(),
     }
+    return out
 
 
 def main() -> None:
@@ -104,7 +126,10 @@ def main() -> None:
     p.add_argument("--records", type=Path, default=Path("runs/bench/records.json"))
     p.add_argument("--repeats", type=int, default=4)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/learner_precision.json"))
+    p.add_argument("--settings", default="float32,bfloat16", help="comma-separated; the first is the reference")
     args = p.parse_args()
+    # compile into an empty cache, as a fresh machine would (the first pass's time includes it)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="drmas-inductor-"))
     if not args.records.exists():
         from learner_sharing import collect
 
@@ -112,7 +137,7 @@ def main() -> None:
     from machine import cpu_line
 
     load_before = os.getloadavg()
-    result = measure(args.records, args.repeats)
+    result = measure(args.records, args.repeats, args.settings.split(","))
     result.update(machine=cpu_line(), load_before=load_before, load_after=os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -71,6 +71,13 @@ class PPOConfig:
     native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 is ~100x slower on
     AVX2-only CPUs). float32 (the default): exact fp32. Moot when `models.dtype` is bfloat16 (the weights
     themselves are bf16, with no fp32 master). Reference (verl): bf16 compute, fp32 master weights."""
+    compile_layers: bool = False
+    """Run the decoder layers through torch.compile (inductor, dynamic shapes) in the learner's passes, so
+    each layer's norms, rotary, activation and casts fuse into a few kernels (learner/compiled.py). On the
+    default run's batch (bf16 autocast, an AMX Xeon): the update in 0.85x the eager time, after ~21 s of
+    compiling in the first; over the 16-step default that does not pay back, so the `cpu` preset leaves it
+    off (benchmarks/results/learner_precision.md). Needs a C++ compiler on CPU; not with gradient
+    checkpointing or FSDP. Not in the reference (verl compiles its log-prob and entropy helpers only)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: one more forward pass per step, much less memory on long contexts."""
     seed: int = 0
@@ -88,4 +95,6 @@ class PPOConfig:
             raise ValueError(f"behaviour_weight_cap must be > 1 (or None), got {self.behaviour_weight_cap}")
         if self.grad_clip <= 0 or self.kl_coef < 0 or self.entropy_coef < 0 or self.logits_chunk_mib <= 0:
             raise ValueError("grad_clip and logits_chunk_mib must be > 0; kl_coef and entropy_coef >= 0")
+        if self.compile_layers and self.gradient_checkpointing:
+            raise ValueError("learner.compile_layers and learner.gradient_checkpointing cannot be combined")
         self.betas = tuple(self.betas)  # YAML gives lists

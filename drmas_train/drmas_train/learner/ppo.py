@@ -30,6 +30,8 @@ Choices stated once:
   metric). A non-finite norm skips the step: no optimizer update, gradients zeroed, `skipped` = 1.
 - Precision (`compute_dtype`): fp32, or bf16 matmuls under autocast over fp32 master weights, the LM
   head and log-softmax kept fp32 (`precision`).
+- Compilation (`compile_layers`): the decoder layers run torch.compile'd inside the learner's passes
+  only (`compiled`); the module tree is unchanged outside them.
 - Data parallelism (`dp`): alone, replicated or FSDP-sharded ranks (`parallel`); the step below is
   the same code for all three.
 """
@@ -40,7 +42,7 @@ import copy
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from typing import Any
 
@@ -49,6 +51,7 @@ import torch
 
 from drmas_train.config import PPOConfig
 from drmas_train.learner.adapters import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
+from drmas_train.learner.compiled import CompiledLayers
 from drmas_train.learner.distributed import DataParallel, full_tensor
 from drmas_train.learner.forward import Scores, score
 from drmas_train.learner.loss import behaviour_weights, kl_k3, ppo_token_losses
@@ -112,6 +115,11 @@ class Learner:
             if is_fsdp(model):  # FSDP forbids deepcopy; a sharded reference must be built before sharding
                 raise ValueError("kl_coef > 0 under FSDP needs ref_model (e.g. a copy taken before shard_module)")
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.compiled: CompiledLayers | None = None
+        if cfg.compile_layers:
+            if is_fsdp(model):
+                raise ValueError("learner.compile_layers is not supported with FSDP sharding")
+            self.compiled = CompiledLayers(model)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.device_type = self.params[0].device.type
@@ -266,7 +274,8 @@ class Learner:
         was_training = self.model.training
         self.model.train(self.config.gradient_checkpointing)
         try:
-            yield
+            with self.compiled.active() if self.compiled else nullcontext():
+                yield
         finally:
             self.model.train(was_training)
 
