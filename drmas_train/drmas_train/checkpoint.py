@@ -4,7 +4,9 @@ A checkpoint `<run_dir>/checkpoints/step-000012/` holds, per policy, its weights
 or only its LoRA adapter) and its learner state (optimizer, counters), plus the RNG states
 (python, numpy, torch) and `state.json` (step, data position). A folder without `state.json`
 (or one still named `.tmp-*`) is never read, so a run killed while saving resumes from the
-previous complete checkpoint.
+previous complete checkpoint. A disk too full for the checkpoint is said before anything is written
+(the tensors' size against the disk's free space), and a write that fails anyway removes its
+temporary folder, so the error names the folder and the free space and the previous checkpoint stays.
 """
 
 from __future__ import annotations
@@ -56,20 +58,46 @@ def save_checkpoint(
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    need, free = tensor_bytes([policies, learners]), shutil.disk_usage(root).free
+    if need > free:
+        raise OSError(
+            f"checkpoint step {step} needs about {need / 2**30:.2f} GiB and {root} has {free / 2**30:.2f} GiB free; "
+            "nothing was written: free space (or raise log.checkpoint_every, lower log.keep_checkpoints) "
+            "and rerun with --resume"
+        )
     tmp.mkdir()
-    for name, tensors in policies.items():
-        torch.save({k: v.detach().cpu() for k, v in tensors.items()}, tmp / f"weights-{name}.pt")
-    for name, learner_state in learners.items():
-        torch.save(learner_state, tmp / f"learner-{name}.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
-    # state.json last: its presence marks a complete checkpoint.
-    (tmp / "state.json").write_text(json.dumps({**state, "step": step}))
+    try:
+        for name, tensors in policies.items():
+            torch.save({k: v.detach().cpu() for k, v in tensors.items()}, tmp / f"weights-{name}.pt")
+        for name, learner_state in learners.items():
+            torch.save(learner_state, tmp / f"learner-{name}.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        # state.json last: its presence marks a complete checkpoint.
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}))
+    except (OSError, RuntimeError) as e:  # torch reports a short write as a RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(
+            f"writing checkpoint step {step} to {root} failed ({e}); {shutil.disk_usage(root).free / 2**30:.2f} GiB "
+            "free there now; the partial checkpoint was removed and earlier ones are intact: --resume continues "
+            "from the latest"
+        ) from e
     _fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(root)
     return final
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor inside nested dicts, lists and tuples (a checkpoint's size, near enough)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.nelement() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def _fsync_dir(path: Path) -> None:

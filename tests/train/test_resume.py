@@ -2,11 +2,15 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+import torch
 
 from drmas_train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from drmas_train.config import build_config
@@ -92,3 +96,35 @@ def test_kill_minus_9_with_rollouts_in_flight_loses_no_trained_step(tmp_path):
     # The in-flight batch was rolled out again with the checkpoint's weights: not stale at all.
     assert rows[-1]["rollout/staleness_max"] == 0.0
     assert list_checkpoints(run / "checkpoints")[-1].name == f"step-{done + 1:06d}"
+
+
+def _ckpt(root: Path, step: int) -> Path:
+    weights = {"w": torch.zeros(1024)}
+    return save_checkpoint(root, step, policies={"p": weights}, learners={"p": {"m": torch.ones(8)}}, state={})
+
+
+def test_a_disk_too_small_for_the_checkpoint_is_said_before_writing(tmp_path, monkeypatch):
+    root = tmp_path / "checkpoints"
+    _ckpt(root, 1)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=100))
+    with pytest.raises(OSError, match=r"checkpoint step 2 needs about .* GiB free; nothing was written"):
+        _ckpt(root, 2)
+    assert [p.name for p in root.iterdir()] == ["step-000001"]
+    assert latest_checkpoint(root).name == "step-000001"
+
+
+def test_a_failed_write_removes_its_partial_checkpoint_and_names_the_folder(tmp_path, monkeypatch):
+    root = tmp_path / "checkpoints"
+    _ckpt(root, 1)
+    real_save = torch.save
+
+    def short_write(obj, path, *a, **k):
+        if Path(path).name == "rng.pt":  # the disk fills after the weights were written
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 34752 vs 34646")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(torch, "save", short_write)
+    with pytest.raises(OSError, match=r"writing checkpoint step 2 to .*checkpoints failed .*earlier ones are intact"):
+        _ckpt(root, 2)
+    assert [p.name for p in root.iterdir()] == ["step-000001"]
