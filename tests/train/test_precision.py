@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from batches import shared_prefix_records
 from transformers import AutoModelForCausalLM
 
 from drmas_train.learner import Learner, PPOConfig
@@ -19,20 +20,8 @@ def base_model(tmp_path_factory):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def _records(vocab: int, n: int = 6) -> list[CallRecord]:
-    g = torch.Generator().manual_seed(3)
-    shared = torch.randint(5, vocab, (6,), generator=g).tolist()  # a shared prefix, so shared_prefix packs
-    out = []
-    for i in range(n):
-        response = torch.randint(5, vocab, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist()
-        out.append(
-            CallRecord(
-                group_id=0, episode_id=i, agent="solver", model="m", turn=0,
-                prompt_ids=shared + [5 + i], response_ids=response, logprobs=[0.0] * len(response),
-                advantage=float(torch.randn(1, generator=g)),
-            )
-        )  # fmt: skip
-    return out
+def _records(vocab: int, n: int = 6, seed: int = 3) -> list[CallRecord]:
+    return shared_prefix_records(vocab, n, seed)
 
 
 def _output_dtypes(model, fn) -> dict[str, set[torch.dtype]]:
