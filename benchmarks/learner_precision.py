@@ -16,7 +16,9 @@ preset's lr) and torch's default threads:
 - gradient agreement: the gradient of the same loss on the same weights under each setting against the
   first setting's, cosine of the whole flattened gradient (in float64) and the largest per-tensor
   relative difference;
-- log-prob agreement: the largest |log p - log p_first| over the batch's response tokens.
+- log-prob agreement: the largest |log p - log p_first| over the batch's response tokens;
+- minor page faults per update (median): pages the kernel handed the process fresh, each zeroed
+  (`--keep-freed-memory` applies the allocator policy `drmas-train` runs with, `drmas_train.allocator`).
 Writes the figures to `--out` (JSON) and prints them with the CPU and the load average.
 """
 
@@ -27,6 +29,7 @@ import copy
 import dataclasses
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -91,12 +94,14 @@ def measure(records_path: Path, repeats: int, settings: list[str]) -> dict:
         first[s] = time.perf_counter() - t
         grads[s] = _flat_grad(m)
         tensors[s] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    faults: dict[str, list[int]] = {s: [] for s in settings}
     for _ in range(repeats):
         for s in settings:
             learner = Learner(copy.deepcopy(model), cfgs[s])
-            t = time.perf_counter()
+            f0, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
             learner.update(records)
             times[s].append(time.perf_counter() - t)
+            faults[s].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     ref = settings[0]
     med = {s: statistics.median(times[s]) for s in settings}
     out = {
@@ -106,6 +111,7 @@ def measure(records_path: Path, repeats: int, settings: list[str]) -> dict:
         "update_s": {s: [round(t, 3) for t in times[s]] for s in settings},
         "update_s_median": {s: round(med[s], 3) for s in settings},
         "first_pass_s": {s: round(first[s], 1) for s in settings},
+        "update_page_faults_median": {s: int(statistics.median(faults[s])) for s in settings},
         f"over_{ref}": {s: round(med[s] / med[ref], 3) for s in settings},
         "grad_cosine": {s: _cosine(grads[ref], grads[s]) for s in settings},
         "grad_norm_ratio": {s: float(grads[s].double().norm() / grads[ref].double().norm()) for s in settings},
@@ -127,7 +133,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=4)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/learner_precision.json"))
     p.add_argument("--settings", default="float32,bfloat16", help="comma-separated; the first is the reference")
+    p.add_argument(
+        "--keep-freed-memory", action="store_true", help="glibc keeps freed memory, as drmas-train does by default"
+    )
     args = p.parse_args()
+    if args.keep_freed_memory:
+        from drmas_train.allocator import keep_freed_memory
+
+        keep_freed_memory()
     # compile into an empty cache, as a fresh machine would (the first pass's time includes it)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="drmas-inductor-"))
     if not args.records.exists():
@@ -139,6 +152,7 @@ def main() -> None:
     load_before = os.getloadavg()
     result = measure(args.records, args.repeats, args.settings.split(","))
     result.update(machine=cpu_line(), load_before=load_before, load_after=os.getloadavg())
+    result["keep_freed_memory"] = args.keep_freed_memory
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

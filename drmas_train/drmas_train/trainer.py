@@ -52,6 +52,7 @@ import torch
 
 import drmas_envs
 from drmas_train import advantages as adv_mod
+from drmas_train.allocator import keep_freed_memory
 from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
 from drmas_train.config import TrainConfig, save_config, steps_for_epochs
 from drmas_train.group_stats import GroupWarnings, group_stats
@@ -97,6 +98,8 @@ class Trainer:
         seed_everything(cfg.seed)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
+        if cfg.keep_freed_memory:
+            keep_freed_memory()
         try:
             probe = drmas_envs.make(cfg.env.id, **cfg.env.kwargs)
         except TypeError as exc:  # a misspelt env option: one clear config error, not a traceback

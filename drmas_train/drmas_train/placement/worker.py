@@ -34,6 +34,10 @@ class PolicyWorker:
         from drmas_train.policy_ops import make_learner, seed_everything
 
         torch.set_num_threads(max(1, threads))
+        if cfg.keep_freed_memory:  # the actor's process is the run's own
+            from drmas_train.allocator import keep_freed_memory
+
+            keep_freed_memory()
         self.cfg, self.rank = cfg, rank
         self.sharded = strategy == "fsdp" and world_size > 1
         # pooled: the engines live on the rollout pool (`placement.rollout_pool`); rank 0 pushes into them
