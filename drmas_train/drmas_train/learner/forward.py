@@ -85,6 +85,7 @@ def score(
     forward: str = "plain",
     entropy: str = "off",
     chunk_tokens: int = 1024,
+    tree_multiple: int = 1,
 ) -> Scores:
     """Log-probs (and entropy) of each record's response under softmax(logits / T), T its own temperature.
 
@@ -95,6 +96,7 @@ def score(
         forward: "plain", "shared_prefix" or "auto" (`choose_forward`).
         entropy: one of `ENTROPY`.
         chunk_tokens: response positions whose logits are materialised at once.
+        tree_multiple: pad a packed prefix tree to a multiple of this many tokens (`PackedRow.padded`).
 
     Returns:
         The micro-batch's `Scores`.
@@ -106,7 +108,7 @@ def score(
     prompts, responses = [r.prompt_ids for r in records], [r.response_ids for r in records]
     shape = (len(records), max(max(map(len, responses)), 1))
     if choose_forward(model, records, forward) == "shared_prefix":
-        row = pack_prefix_tree(prompts, responses, device=device)
+        row = pack_prefix_tree(prompts, responses, device=device).padded(tree_multiple, pad_token_id)
         mask = row.ancestor_mask().to(device)[None, None]
         if _attn_implementation(model) == "eager":  # eager adds the mask to the scores
             dtype = next(model.parameters()).dtype

@@ -293,6 +293,7 @@ class Learner:
                 forward=self.config.forward,
                 entropy=entropy,
                 chunk_tokens=self.chunk_tokens,
+                tree_multiple=self.config.tree_multiple,
             )
 
     @torch.no_grad()

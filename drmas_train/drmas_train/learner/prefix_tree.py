@@ -33,6 +33,8 @@ class PackedRow:
         rows: [N] the record of each scored token.
         cols: [N] its index in that record's response.
         targets: [N] the response token itself.
+        pad: trailing padding nodes (`padded`), each seeing only itself: no real node sees them and
+            nothing scores them, so they change no log-prob and no gradient.
 
     """
 
@@ -44,6 +46,7 @@ class PackedRow:
     rows: torch.Tensor
     cols: torch.Tensor
     targets: torch.Tensor
+    pad: int = 0
 
     @property
     def length(self) -> int:
@@ -59,7 +62,32 @@ class PackedRow:
             # from both, and nodes on different branches never see each other.
             idx = torch.as_tensor(path, dtype=torch.long)
             mask[idx[:, None], idx[None, :]] = torch.ones(len(path), len(path), dtype=torch.bool).tril()
+        if self.pad:  # a padding node attends to itself: a row with no key at all would give NaN
+            tail = torch.arange(n - self.pad, n)
+            mask[tail, tail] = True
         return mask
+
+    def padded(self, multiple: int, pad_id: int) -> PackedRow:
+        """The row with padding nodes appended up to a length that is a multiple of `multiple`.
+
+        Why: every distinct length is a new matmul shape, and oneDNN builds kernels per shape; a few
+        lengths instead of one per micro-batch cost at most `multiple - 1` tokens of compute each.
+        """
+        if multiple <= 1 or self.length % multiple == 0:
+            return self
+        extra = multiple - self.length % multiple
+        device = self.input_ids.device
+        return PackedRow(
+            input_ids=torch.cat([self.input_ids, torch.full((1, extra), pad_id, dtype=torch.long, device=device)], 1),
+            position_ids=torch.cat([self.position_ids, torch.zeros((1, extra), dtype=torch.long, device=device)], 1),
+            parents=torch.cat([self.parents, torch.full((extra,), -1, dtype=torch.long, device=device)]),
+            paths=self.paths,
+            predict=self.predict,
+            rows=self.rows,
+            cols=self.cols,
+            targets=self.targets,
+            pad=self.pad + extra,
+        )
 
 
 def _input_sequence(prompt: Sequence[int], response: Sequence[int]) -> list[int]:
