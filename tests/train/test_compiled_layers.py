@@ -11,7 +11,6 @@ from drmas_train.config import PPOConfig
 from drmas_train.learner import Learner
 from drmas_train.learner.compiled import CompiledLayers, check_compiler
 from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
 
 pytestmark = pytest.mark.xdist_group("torch_compile")  # one compile at a time on a 2-core runner
 
@@ -33,10 +32,6 @@ def base_model(tmp_path_factory):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def _records(vocab: int, n: int = 6, seed: int = 3) -> list[CallRecord]:
-    return shared_prefix_records(vocab, n, seed)
-
-
 def _grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -44,7 +39,7 @@ def _grads(model) -> dict[str, torch.Tensor]:
 @needs_compiler
 @pytest.mark.parametrize("forward", ["plain", "shared_prefix"])
 def test_compiled_layers_give_the_eager_gradient_and_leave_the_module_tree_as_it_was(base_model, forward):
-    records = _records(base_model.config.vocab_size, 6, seed=1)
+    records = shared_prefix_records(base_model.config.vocab_size, 6, seed=1)
     eager, compiled = copy.deepcopy(base_model), copy.deepcopy(base_model)
     Learner(eager, PPOConfig(forward=forward)).compute_gradients(records)
     learner = Learner(compiled, PPOConfig(forward=forward, compile_layers=True))
@@ -74,10 +69,10 @@ def test_one_graph_serves_every_length_and_updates_train(base_model):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     # one packed row per update (batch size 1): only the length changes between updates
     learner = Learner(model, PPOConfig(lr=1e-3, compile_layers=True, forward="shared_prefix", micro_batch_size=8))
-    learner.update(_records(model.config.vocab_size, 4, seed=2))
+    learner.update(shared_prefix_records(model.config.vocab_size, 4, seed=2))
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for seed in (3, 4):  # other prompt and response lengths: no recompilation
-        out = learner.update(_records(model.config.vocab_size, 5, seed=seed))
+        out = learner.update(shared_prefix_records(model.config.vocab_size, 5, seed=seed))
         assert out["skipped"] == 0 and out["grad_norm"] > 0
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())

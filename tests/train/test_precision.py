@@ -11,17 +11,12 @@ from drmas_train.learner import Learner, PPOConfig
 from drmas_train.learner.precision import resolve_compute_dtype
 from drmas_train.models.engine import native_bf16
 from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
 
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
     folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", seed=0)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-
-
-def _records(vocab: int, n: int = 6, seed: int = 3) -> list[CallRecord]:
-    return shared_prefix_records(vocab, n, seed)
 
 
 def _output_dtypes(model, fn) -> dict[str, set[torch.dtype]]:
@@ -45,7 +40,7 @@ def _flat_grad(model) -> torch.Tensor:
 
 @pytest.mark.parametrize("forward", ["plain", "shared_prefix"])
 def test_bf16_compute_runs_bf16_matmuls_and_keeps_fp32_weights_gradients_and_head(base_model, forward):
-    records = _records(base_model.config.vocab_size)
+    records = shared_prefix_records(base_model.config.vocab_size)
     fp32, bf16 = copy.deepcopy(base_model), copy.deepcopy(base_model)
     Learner(fp32, PPOConfig(forward=forward)).compute_gradients(records)
     learner = Learner(bf16, PPOConfig(forward=forward, compute_dtype="bfloat16"))
@@ -64,7 +59,7 @@ def test_bf16_update_steps_fp32_master_weights_and_optimizer_state(base_model):
     model = copy.deepcopy(base_model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     learner = Learner(model, PPOConfig(compute_dtype="bfloat16", lr=1e-3))
-    out = learner.update(_records(model.config.vocab_size))
+    out = learner.update(shared_prefix_records(model.config.vocab_size))
     assert out["skipped"] == 0 and out["grad_norm"] > 0
     moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
     assert moved and all(p.dtype == torch.float32 for p in model.parameters())
@@ -75,7 +70,7 @@ def test_bf16_update_steps_fp32_master_weights_and_optimizer_state(base_model):
 def test_float32_compute_is_plain_fp32(base_model):
     model = copy.deepcopy(base_model)
     learner = Learner(model, PPOConfig())
-    seen = _output_dtypes(model, lambda: learner.compute_gradients(_records(model.config.vocab_size)))
+    seen = _output_dtypes(model, lambda: learner.compute_gradients(shared_prefix_records(model.config.vocab_size)))
     assert seen == {"q_proj": {torch.float32}, "lm_head": {torch.float32}}
 
 

@@ -133,6 +133,12 @@ def test_a_padded_tree_keeps_its_nodes_and_hides_the_padding():
 def test_padded_trees_give_the_gradients_of_plain_rows(folders, attn):
     model = load(folders["llama"], attn_implementation=attn)
     assert_same_gradients(model, team_records(seed=3), micro_batch_size=8, tree_multiple=32)
+    lengths = []  # and the forward really ran padded rows
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: lengths.append(i[0].shape[1]))
+    with torch.no_grad():
+        score(model, team_records(seed=3)[:8], forward="shared_prefix", tree_multiple=32)
+    hook.remove()
+    assert lengths and all(n % 32 == 0 for n in lengths), lengths
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
