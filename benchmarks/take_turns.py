@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
 
@@ -35,7 +35,7 @@ class Turn:
     proc: subprocess.Popen
     active_s: float = 0.0
     slices: int = 0
-    returncode: int | None = field(default=None)
+    returncode: int | None = None
 
     def signal(self, sig: int) -> None:
         """Send `sig` to the command's whole process group (a shell, make, the run and its children)."""
