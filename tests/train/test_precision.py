@@ -1,13 +1,16 @@
 """Mixed precision in the learner (`learner.compute_dtype`): bf16 matmuls over fp32 master weights."""
 
+import contextlib
 import copy
 
 import pytest
 import torch
 from batches import shared_prefix_records
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-from drmas_train.learner import Learner, PPOConfig
+from drmas_train.learner import Learner, PPOConfig, ppo
+from drmas_train.learner.forward import head_scores
 from drmas_train.learner.precision import resolve_compute_dtype
 from drmas_train.models.engine import native_bf16
 from drmas_train.models.tiny import build_tiny_model
@@ -90,3 +93,76 @@ def test_resolve_compute_dtype():
 def test_compute_dtype_is_a_checked_config_field():
     with pytest.raises(ValueError, match="learner.compute_dtype must be one of"):
         PPOConfig(compute_dtype="half")
+
+
+def test_head_dtype_compute_runs_the_head_in_bf16_and_the_log_softmax_in_fp32(base_model):
+    records = shared_prefix_records(base_model.config.vocab_size)
+    fp32_head, bf16_head = copy.deepcopy(base_model), copy.deepcopy(base_model)
+    kept = Learner(fp32_head, PPOConfig(compute_dtype="bfloat16", forward="shared_prefix"))
+    learner = Learner(bf16_head, PPOConfig(compute_dtype="bfloat16", forward="shared_prefix", head_dtype="compute"))
+    learner.compute_gradients(records)
+    kept.compute_gradients(records)
+    g_kept, g_bf16 = _flat_grad(fp32_head), _flat_grad(bf16_head)
+    assert all(p.grad.dtype == torch.float32 for p in bf16_head.parameters())
+    assert not torch.equal(g_kept, g_bf16)
+    assert float(torch.nn.functional.cosine_similarity(g_kept, g_bf16, dim=0)) > 0.99
+
+
+@pytest.mark.parametrize("head_dtype", ["float32", "compute"])
+def test_head_scores_under_autocast_follow_head_dtype(head_dtype):
+    gen = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(50, 16, generator=gen) * 2)
+    hidden = torch.randn(7, 16, generator=gen) * 2
+    targets, temps = torch.randint(0, 50, (7,), generator=gen), torch.full((7,), 0.7)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = head_scores(head, hidden, targets, temps, head_dtype=head_dtype)[:, 0]
+    w = head.weight.detach()
+    logits = hidden @ w.T if head_dtype == "float32" else (hidden.bfloat16() @ w.bfloat16().T).float()
+    want = torch.log_softmax(logits / 0.7, -1).gather(-1, targets[:, None])[:, 0]
+    other = hidden @ w.T if head_dtype == "compute" else (hidden.bfloat16() @ w.bfloat16().T).float()
+    unwanted = torch.log_softmax(other / 0.7, -1).gather(-1, targets[:, None])[:, 0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0.0)
+    assert float((got - unwanted).abs().max()) > 1e-3  # bf16 logits really differ at this scale
+
+
+def test_head_dtype_is_moot_under_fp32_compute(base_model):
+    records = shared_prefix_records(base_model.config.vocab_size)
+    a, b = copy.deepcopy(base_model), copy.deepcopy(base_model)
+    Learner(a, PPOConfig()).compute_gradients(records)
+    Learner(b, PPOConfig(head_dtype="compute")).compute_gradients(records)
+    assert torch.equal(_flat_grad(a), _flat_grad(b))
+
+
+class _WeightCasts(TorchDispatchMode):
+    """Counts the casts of the model's parameters to another dtype (autocast's weight copies)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.params = {p.data_ptr() for p in model.parameters()}
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.params:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_bf16_weight_copies_are_made_once_per_optimizer_step_and_change_nothing(base_model, monkeypatch):
+    records = shared_prefix_records(base_model.config.vocab_size)
+    config = PPOConfig(compute_dtype="bfloat16", forward="plain", micro_batch_size=1)
+    assert len(records) >= 3  # three or more micro-batches share one set of copies
+
+    def casts_and_grad(model):
+        learner = Learner(model, config)
+        with _WeightCasts(model) as casts:
+            learner.compute_gradients(records)
+        return casts.count, _flat_grad(model)
+
+    kept, g_kept = casts_and_grad(copy.deepcopy(base_model))
+    monkeypatch.setattr(ppo, "keep_casts", lambda dtype, device_type: contextlib.nullcontext())
+    each, g_each = casts_and_grad(copy.deepcopy(base_model))
+    matrices = sum(1 for n, p in base_model.named_parameters() if p.dim() == 2 and "embed" not in n)
+    assert 0 < kept <= matrices + 1 and each >= len(records) * kept - 1
+    assert torch.equal(g_kept, g_each)  # the same copies, hence the same gradient bit for bit

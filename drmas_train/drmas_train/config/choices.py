@@ -26,6 +26,8 @@ LossAgg = Literal["token_mean", "micro_token_mean"]
 """How the per-token losses of a mini-batch become one loss."""
 ComputeDtype = Literal["auto", "float32", "bfloat16"]
 """The dtype of the learner's matmuls (weights and optimizer state stay in `models.dtype`)."""
+HeadDtype = Literal["float32", "compute"]
+"""The dtype of the learner's LM-head matmul under mixed precision."""
 PlacementMode = Literal["none", "shared", "per_agent"]
 """Where the models run."""
 RolloutRanks = Literal["all", "first"]

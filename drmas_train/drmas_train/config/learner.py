@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drmas_train.config.choices import ComputeDtype, Forward, LossAgg, OldLogprobs, check_choices
+from drmas_train.config.choices import ComputeDtype, Forward, HeadDtype, LossAgg, OldLogprobs, check_choices
 
 
 @dataclass
@@ -71,6 +71,12 @@ class PPOConfig:
     native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 is ~100x slower on
     AVX2-only CPUs). float32 (the default): exact fp32. Moot when `models.dtype` is bfloat16 (the weights
     themselves are bf16, with no fp32 master). Reference (verl): bf16 compute, fp32 master weights."""
+    head_dtype: HeadDtype = "float32"
+    """The LM head's matmul under bf16 compute: float32 (the default: logits, hence log-probs and PPO ratios,
+    at fp32 resolution) or compute (bf16 like the body, as verl's mixed precision runs it: logits rounded to
+    bf16, then the log-softmax in fp32, as the bf16 vLLM engine samples; on an AMX Xeon the default run's
+    updates took 0.94x the time, benchmarks/results/learner_precision.md). No effect under fp32 compute.
+    Reference (verl): compute."""
     tree_multiple: int = 1
     """Pad each packed prefix tree (`forward` shared_prefix) with masked tokens to a multiple of this many
     tokens; 1: no padding. Exact (padding is seen by nothing and scored by nothing), at up to

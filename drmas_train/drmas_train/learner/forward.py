@@ -86,6 +86,7 @@ def score(
     entropy: str = "off",
     chunk_tokens: int = 1024,
     tree_multiple: int = 1,
+    head_dtype: str = "float32",
 ) -> Scores:
     """Log-probs (and entropy) of each record's response under softmax(logits / T), T its own temperature.
 
@@ -97,6 +98,7 @@ def score(
         entropy: one of `ENTROPY`.
         chunk_tokens: response positions whose logits are materialised at once.
         tree_multiple: pad a packed prefix tree to a multiple of this many tokens (`PackedRow.padded`).
+        head_dtype: under autocast, "float32" runs the LM head outside it, "compute" inside (`head_scores`).
 
     Returns:
         The micro-batch's `Scores`.
@@ -125,7 +127,14 @@ def score(
         targets = batch.response_ids[select]
     temps = torch.tensor([r.score_temperature for r in records], dtype=torch.float32, device=device)[rows]
     scorer = partial(
-        _score_hidden, keep=keep, select=select, targets=targets, temps=temps, entropy=entropy, chunk=chunk_tokens
+        _score_hidden,
+        keep=keep,
+        select=select,
+        targets=targets,
+        temps=temps,
+        entropy=entropy,
+        chunk=chunk_tokens,
+        head_dtype=head_dtype,
     )
     with _head_replaced_by(model, scorer):
         # logits_to_keep=0: every position reaches the replaced head, which gathers `keep` (module doc)
@@ -172,11 +181,12 @@ def _score_hidden(
     temps: torch.Tensor,
     entropy: str,
     chunk: int,
+    head_dtype: str,
 ) -> torch.Tensor:
     """The head's replacement: [1, N, 2] (log-prob, entropy) of the N scored positions of `hidden`."""
     hidden = hidden.index_select(1, keep)  # deterministic backward, unlike hidden[:, keep] (module doc)
     flat = hidden[select] if select is not None else hidden.reshape(-1, hidden.shape[-1])
-    return head_scores(head, flat, targets, temps, entropy=entropy, chunk=chunk)[None]
+    return head_scores(head, flat, targets, temps, entropy=entropy, chunk=chunk, head_dtype=head_dtype)[None]
 
 
 def head_scores(
@@ -187,16 +197,19 @@ def head_scores(
     *,
     entropy: str = "off",
     chunk: int = 1024,
+    head_dtype: str = "float32",
 ) -> torch.Tensor:
     """[N, 2]: log-prob of each target (and entropy, 0 when "off") under softmax(head(hidden) / T).
 
     Runs `head` on chunks of `chunk` positions; under autograd with several chunks each one is
-    recomputed in backward rather than kept (exact, one chunk's logits in memory at a time).
+    recomputed in backward rather than kept (exact, one chunk's logits in memory at a time). Under
+    autocast the head runs in fp32 outside it (`head_dtype` "float32") or inside it ("compute": bf16
+    logits); the log-softmax is fp32 either way.
     """
     n = hidden.shape[0]
     if n == 0:
         return hidden.new_zeros((0, 2), dtype=torch.float32)
-    if torch.is_autocast_enabled(hidden.device.type):  # mixed precision: the head stays fp32 (learner/precision.py)
+    if head_dtype == "float32" and torch.is_autocast_enabled(hidden.device.type):  # learner/precision.py
         with torch.autocast(hidden.device.type, enabled=False):
             return head_scores(head, hidden.float(), targets, temps, entropy=entropy, chunk=chunk)
     recompute = torch.is_grad_enabled() and n > chunk

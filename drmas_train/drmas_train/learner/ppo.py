@@ -28,8 +28,9 @@ Choices stated once:
   per-agent lr (own model or own LoRA adapter). Gradient clipping at 1.0 on the global norm.
 - The pre-clip global gradient norm is returned every optimizer step as `grad_norm` (the stability
   metric). A non-finite norm skips the step: no optimizer update, gradients zeroed, `skipped` = 1.
-- Precision (`compute_dtype`): fp32, or bf16 matmuls under autocast over fp32 master weights, the LM
-  head and log-softmax kept fp32 (`precision`).
+- Precision (`compute_dtype`): fp32, or bf16 matmuls under autocast over fp32 master weights, the
+  log-softmax kept fp32 and the LM head too unless `head_dtype` is "compute" (`precision`); the bf16
+  copies of the weights are cast once per optimizer step, not per micro-batch (`keep_casts`, unsharded).
 - Compilation (`compile_layers`): the decoder layers run torch.compile'd inside the learner's passes
   only (`compiled`); the module tree is unchanged outside them.
 - Data parallelism (`dp`): alone, replicated or FSDP-sharded ranks (`parallel`); the step below is
@@ -57,7 +58,7 @@ from drmas_train.learner.forward import Scores, score
 from drmas_train.learner.loss import behaviour_weights, kl_k3, ppo_token_losses
 from drmas_train.learner.metrics import UpdateMetrics
 from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
-from drmas_train.learner.precision import compute_in, resolve_compute_dtype
+from drmas_train.learner.precision import compute_in, keep_casts, resolve_compute_dtype
 from drmas_train.records import CallRecord
 
 log = logging.getLogger(__name__)
@@ -201,10 +202,11 @@ class Learner:
         chunks = self._micro_batches(records)
         self.optimizer.zero_grad(set_to_none=True)
         self.strategy.begin()
-        for chunk, real in self.strategy.passes(chunks):
-            micro_tokens = sum(len(records[i].response_ids) for i in chunk)
-            denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, len(chunks))
-            self._micro_step(records, chunk, indices, old, denominator, metrics if real else None)
+        with self._casts_kept():
+            for chunk, real in self.strategy.passes(chunks):
+                micro_tokens = sum(len(records[i].response_ids) for i in chunk)
+                denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, len(chunks))
+                self._micro_step(records, chunk, indices, old, denominator, metrics if real else None)
         self.strategy.finish(self.params)
 
     def _micro_step(self, records, chunk, indices, old, denominator: float, metrics: UpdateMetrics | None) -> None:
@@ -279,6 +281,10 @@ class Learner:
         finally:
             self.model.train(was_training)
 
+    def _casts_kept(self):
+        """`keep_casts` over the block, except under FSDP (its gathered weights are freed after each use)."""
+        return keep_casts(None if self.sharded else self.autocast, self.device_type)
+
     def _micro_batches(self, records: Sequence[CallRecord]) -> list[list[int]]:
         """Micro-batches of one adapter each; records sharing prefixes together unless forward is plain."""
         by_prefix = self.config.forward != "plain"
@@ -294,6 +300,7 @@ class Learner:
                 entropy=entropy,
                 chunk_tokens=self.chunk_tokens,
                 tree_multiple=self.config.tree_multiple,
+                head_dtype=self.config.head_dtype,
             )
 
     @torch.no_grad()
@@ -311,11 +318,12 @@ class Learner:
         Every rank computes every record (no sharding), so under FSDP all ranks run the same passes.
         """
         out: dict[int, torch.Tensor] = {}
-        for idx in self._micro_batches(records):
-            self._activate(records[idx[0]])
-            scores = self._score(self.model, [records[i] for i in idx])
-            for row, i in enumerate(idx):
-                out[i] = scores.logp[row, : len(records[i].response_ids)].clone()
+        with self._casts_kept():
+            for idx in self._micro_batches(records):
+                self._activate(records[idx[0]])
+                scores = self._score(self.model, [records[i] for i in idx])
+                for row, i in enumerate(idx):
+                    out[i] = scores.logp[row, : len(records[i].response_ids)].clone()
         return out
 
     @torch.no_grad()

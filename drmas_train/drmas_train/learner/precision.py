@@ -3,9 +3,14 @@
 The model's parameters, gradients and AdamW state stay in the dtype they were loaded in
 (`models.dtype`, fp32 by default); under bf16 compute the forward runs inside `torch.autocast`, so
 matmuls (and attention) take bf16 copies of fp32 weights and their backward produces fp32 gradients,
-as verl's FSDP mixed precision does. The LM head and the log-softmax over the vocabulary run outside
-autocast, in fp32 (`forward.head_scores`): they see response positions only, a small share of the
-FLOPs, and keep log-probs (hence PPO ratios and the sampler gap) at fp32 resolution.
+as verl's FSDP mixed precision does. The log-softmax over the vocabulary runs in fp32; the LM head's
+matmul too by default (`learner.head_dtype` float32: log-probs, hence PPO ratios and the sampler gap,
+at fp32 resolution), or in bf16 like the body (compute, verl's choice; `forward.head_scores`).
+
+Autocast casts each fp32 weight to bf16 when a forward first uses it and caches the copy until the
+outermost autocast block exits. One block per micro-batch would cast every weight again for each
+micro-batch; `keep_casts` holds the cache over all the micro-batches of one optimizer step (the weights
+do not change between them), which changes no value: the copies are the same casts.
 """
 
 from __future__ import annotations
@@ -51,4 +56,20 @@ def compute_in(dtype: torch.dtype | None, device_type: str) -> Iterator[None]:
         yield
         return
     with torch.autocast(device_type=device_type, dtype=dtype):
+        yield
+
+
+@contextlib.contextmanager
+def keep_casts(dtype: torch.dtype | None, device_type: str) -> Iterator[None]:
+    """Keep autocast's bf16 copies of the weights for the whole block (nothing when `dtype` is None).
+
+    An outer autocast block that is itself disabled: forwards inside still autocast through their own
+    `compute_in`, backward runs without autocast as before, and the cache is cleared only when this block
+    exits. Use it around the micro-batches of one optimizer step only: a copy outlives any change made
+    to its weight inside the block.
+    """
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type=device_type, enabled=False):
         yield
