@@ -3,16 +3,20 @@
     .venv/bin/python benchmarks/learner_precision.py --records runs/bench/records.json [--repeats 4]
     .venv/bin/python benchmarks/learner_precision.py --settings float32,bfloat16,bfloat16+compile \
         --out benchmarks/results/learner_compile.json
+    .venv/bin/python benchmarks/learner_precision.py --keep-freed-memory \
+        --settings float32,bfloat16,bfloat16+head,bfloat16+head+mb12 --out benchmarks/results/learner_head.json
 
 The records are one real rollout of the `cpu` preset (math-2agent, SmolLM2-135M-Instruct, 8 prompts x 4,
 its sampling and lengths), collected with `benchmarks/learner_sharing.py --collect` when the file does
 not exist. Advantages are drawn from a standard normal (seed 0): their signs and sizes matter, not
-their values. In one process, with the preset's learner settings (micro-batch 8, forward auto, the
+their values. In one process, with the preset's learner settings (its micro-batch, forward auto, the
 preset's lr) and torch's default threads:
 - update time: `Learner.update` (forward, backward, AdamW step) on a fresh copy of the weights, the
   settings alternating for `repeats` rounds after one warm-up each, median reported. A setting is a
   `learner.compute_dtype`, with `+compile` for `learner.compile_layers` (its warm-up, the first pass,
-  includes compiling, into an empty inductor cache: what a fresh machine pays once per run);
+  includes compiling, into an empty inductor cache: what a fresh machine pays once per run), `+head`
+  for `learner.head_dtype: compute` and `+mbN` for a micro-batch of N (else the preset's, with the
+  head in fp32);
 - gradient agreement: the gradient of the same loss on the same weights under each setting against the
   first setting's, cosine of the whole flattened gradient (in float64) and the largest per-tensor
   relative difference;
@@ -58,10 +62,19 @@ def _flat_grad(model):
 
 
 def _setting(base_cfg, setting: str):
-    dtype, _, extra = setting.partition("+")
-    if extra not in ("", "compile"):
-        raise SystemExit(f"a setting is DTYPE or DTYPE+compile, got {setting!r}")
-    return dataclasses.replace(base_cfg, compute_dtype=dtype, compile_layers=extra == "compile")
+    """DTYPE[+compile][+head][+mbN]: compute dtype, compiled layers, the head in the compute dtype, micro-batch N."""
+    dtype, *extras = setting.split("+")
+    changes = dict(compute_dtype=dtype, compile_layers=False, head_dtype="float32")
+    for extra in extras:
+        if extra == "compile":
+            changes["compile_layers"] = True
+        elif extra == "head":
+            changes["head_dtype"] = "compute"
+        elif extra.startswith("mb") and extra[2:].isdigit():
+            changes["micro_batch_size"] = int(extra[2:])
+        else:
+            raise SystemExit(f"a setting is DTYPE[+compile][+head][+mbN], got {setting!r}")
+    return dataclasses.replace(base_cfg, **changes)
 
 
 def _cosine(a, b) -> float:

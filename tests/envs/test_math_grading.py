@@ -3,6 +3,8 @@
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -158,7 +160,7 @@ def test_bound_holds_in_threads(grader):
         ]
         results = [f.result() for f in futures]
     assert time.monotonic() - t0 < 3 * BOUND + SLACK  # calls are serialised by the grader's lock
-    assert results[0] is False and grader.stats["timeouts"] >= 1
+    assert results[0] is False and grader.stats["timeouts"] + grader.stats["over_budget"] >= 1
     # the restarted worker still grades; a loose bound here so that a loaded machine can't flip it
     grader.timeout_s = 30.0
     try:
@@ -205,3 +207,41 @@ def test_real_data_sample(grader):
             if grader(other, ref) and not other.startswith(("x=", "y=")):
                 failures.append((path.name, other, ref))
     assert not failures
+
+
+def _stopped(pid: int, seconds: float | None) -> None:
+    """SIGSTOP `pid` now and, unless `seconds` is None, SIGCONT it that many seconds later."""
+    os.kill(pid, signal.SIGSTOP)
+    if seconds is not None:
+        threading.Timer(seconds, os.kill, (pid, signal.SIGCONT)).start()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the worker's CPU time is read from /proc (Linux)")
+def test_a_check_drawn_out_by_a_paused_worker_still_grades_right():
+    """The bound counts the worker's CPU time: a check the machine delays (here: the worker stopped for
+    three times the bound) grades as it would on an idle machine."""
+    g = Grader(timeout_s=BOUND)
+    try:
+        assert g("\\sqrt{4}", "2") is True  # the worker is up
+        _stopped(g.worker_pid, 3 * BOUND)
+        t0 = time.monotonic()
+        assert g("\\sqrt{9}", "3") is True
+        assert time.monotonic() - t0 >= 3 * BOUND * 0.9 and g.stats["timeouts"] == 0
+    finally:
+        g.close()
+
+
+def test_a_worker_that_never_answers_is_killed_at_the_wall_bound():
+    g = Grader(timeout_s=BOUND, wall_timeout_s=2.0)
+    try:
+        assert g("\\sqrt{4}", "2") is True
+        stuck = g.worker_pid
+        _stopped(stuck, None)  # uses no CPU, never answers
+        t0 = time.monotonic()
+        assert g("\\sqrt{9}", "3") is False
+        assert time.monotonic() - t0 < 2.0 + SLACK and g.stats["timeouts"] == 1
+        assert g.worker_pid != stuck
+        g.timeout_s = 30.0  # the fresh worker grades (a loose bound: a loaded machine can't flip it)
+        assert g("\\sqrt{9}", "3") is True
+    finally:
+        g.close()

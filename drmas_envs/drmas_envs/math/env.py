@@ -102,7 +102,7 @@ class MathEnvConfig:
     grader: Callable[[str | None, str], bool] | None = None
     """Grades (answer, reference); None: the shared math-verify `Grader` (or one with `grade_timeout_s`)."""
     grade_timeout_s: float | None = None
-    """Hard time bound per grading check; None uses the shared grader's (5 s)."""
+    """Hard bound per grading check, in CPU seconds of the grading worker; None uses the shared grader's (5 s)."""
     max_text_length: int = 1_000_000
     """The longest action or observation text the spaces admit."""
     render_mode: str | None = None

@@ -6,10 +6,15 @@ Two paths, both bounded in time:
    are plain numbers (integers, decimals, `a/b`, `\frac{a}{b}`). It settles most integer answers in
    microseconds.
 2. Everything else goes to math-verify in a persistent worker subprocess
-   (`drmas_envs.math._grade_worker`). The parent waits at most `timeout_s` per check; a worker that
-   overruns (say, on `9^{9^{9^{9}}}`) is killed, the check grades wrong, and a fresh worker is started
-   at once. This bound holds from any thread and any process (math-verify's own signal-based timeout
-   refuses non-main threads), and model text is never evaluated as code.
+   (`drmas_envs.math._grade_worker`). A check may use `timeout_s` seconds of the worker's CPU time; a
+   worker that overruns (say, on `9^{9^{9^{9}}}`) is killed, the check grades wrong, and a fresh worker
+   is started at once. This bound holds from any thread and any process (math-verify's own signal-based
+   timeout refuses non-main threads), and model text is never evaluated as code.
+
+CPU time, not wall time: a grade must not depend on how busy the machine is. Under a wall-clock bound a
+check that a loaded (or paused, or SIGSTOPped) machine drew out past the bound graded wrong, so two runs
+of the same seed could part on one reward. A check that uses no CPU at all (a blocked worker) still ends
+after `wall_timeout_s`. Where the worker's CPU time cannot be read (no /proc), the bound is wall time.
 
 Inputs are capped before any parsing: answers longer than `max_answer_chars` or nested deeper than
 `max_depth` braces grade wrong.
@@ -33,7 +38,11 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
-"""The hard time bound of one grading check, in seconds."""
+"""The hard bound of one grading check, in seconds of the worker's CPU time."""
+_POLL_S = 0.25
+"""How often a waiting check reads the worker's CPU time, in seconds."""
+_WORKER_SHARE = 0.5
+"""The worker ends a check itself after this share of `timeout_s` (no restart); the kill is the backstop."""
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 _REMOVE = re.compile(r"\\left|\\right|\\displaystyle|\\[,;:! ]|\\quad|\\qquad|~|\s|\$|\\\$")
@@ -105,7 +114,10 @@ class Grader:
     """Grades answers against references with a hard time bound per check; safe in threads and processes.
 
     Args:
-        timeout_s: the most seconds one check may take; an overrunning worker is killed (grades wrong).
+        timeout_s: the most CPU seconds one check may use in the worker; an overrunning worker is
+            killed (the check grades wrong).
+        wall_timeout_s: the most wall seconds one check may take, CPU or not (a blocked worker);
+            default max(60, 10 x timeout_s).
         max_answer_chars: longer answers grade wrong without parsing.
         max_depth: answers nested deeper than this many braces grade wrong without parsing.
         startup_timeout_s: how long to wait for a (re)started worker to import math-verify; not
@@ -117,6 +129,7 @@ class Grader:
         self,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         *,
+        wall_timeout_s: float | None = None,
         max_answer_chars: int = 1000,
         max_depth: int = 40,
         startup_timeout_s: float = 120.0,
@@ -124,10 +137,11 @@ class Grader:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.timeout_s = float(timeout_s)
+        self.wall_timeout_s = float(wall_timeout_s) if wall_timeout_s else max(60.0, 10 * self.timeout_s)
         self.max_answer_chars = max_answer_chars
         self.max_depth = max_depth
         self.startup_timeout_s = startup_timeout_s
-        self.stats = {"fast": 0, "worker": 0, "timeouts": 0, "capped": 0}
+        self.stats = {"fast": 0, "worker": 0, "over_budget": 0, "timeouts": 0, "capped": 0}
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._pid = os.getpid()
@@ -151,6 +165,11 @@ class Grader:
 
     __call__ = grade
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The math-verify worker's process id (None until a check first needs it, or after `close`)."""
+        return self._proc.pid if self._proc is not None else None
+
     def close(self) -> None:
         """Stop the worker (a later `grade` starts a new one)."""
         if self._proc is not None and self._pid == os.getpid():
@@ -162,22 +181,23 @@ class Grader:
             self._pid, self._proc, self._lock, self._buf, self._ready = os.getpid(), None, threading.Lock(), b"", False
         with self._lock:
             self._ensure_started()
-            # math-verify's own (whole-second) timeouts, a third of the bound each for the two parses and
-            # the comparison, usually end a slow check without a restart; the kill is the backstop.
-            request = {"answer": answer, "reference": reference, "timeout": max(1, int(self.timeout_s / 3))}
+            # the worker's own CPU timer usually ends a slow check without a restart; the kill is the backstop
+            request = {"answer": answer, "reference": reference, "cpu_s": _WORKER_SHARE * self.timeout_s}
             try:
                 self._proc.stdin.write((json.dumps(request) + "\n").encode())
                 self._proc.stdin.flush()
-                reply = json.loads(self._readline(time.monotonic() + self.timeout_s))
+                reply = json.loads(self._await_reply())
             except TimeoutError:
                 self.stats["timeouts"] += 1
-                logger.info("grading took over %.1f s; worker restarted (answer %r)", self.timeout_s, answer[:80])
+                logger.info("grading went over its bound; worker restarted (answer %r)", answer[:80])
                 self._restart()
                 return False
             except (OSError, EOFError, ValueError) as exc:
                 logger.warning("grading worker failed (%s); restarted", exc)
                 self._restart()
                 return False
+            if str(reply.get("error", "")).startswith("OverBudget"):
+                self.stats["over_budget"] += 1  # the worker ended the check itself, no restart
             return bool(reply.get("ok", False))
 
     def _spawn(self) -> None:
@@ -211,6 +231,21 @@ class Grader:
                 raise RuntimeError(f"unexpected first line from the grading worker: {line[:200]!r}")
             self._ready = True
 
+    def _await_reply(self) -> bytes:
+        """The worker's reply; TimeoutError once the check used `timeout_s` of its CPU or `wall_timeout_s`."""
+        pid = self._proc.pid
+        start = _cpu_seconds(pid)
+        if start is None:  # the worker's CPU time cannot be read here: wall time instead
+            return self._readline(time.monotonic() + self.timeout_s)
+        wall_end = time.monotonic() + self.wall_timeout_s
+        while True:
+            try:
+                return self._readline(min(wall_end, time.monotonic() + _POLL_S))
+            except TimeoutError:
+                used = _cpu_seconds(pid)
+                if time.monotonic() >= wall_end or used is None or used - start >= self.timeout_s:
+                    raise
+
     def _readline(self, deadline: float) -> bytes:
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buf:
@@ -239,6 +274,16 @@ class Grader:
     def _restart(self) -> None:
         self._kill()
         self._spawn()  # start importing now, so the next check does not wait for it
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process `pid` has used (Linux /proc), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 _SHARED: dict[float, Grader] = {}
