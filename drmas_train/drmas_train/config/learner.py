@@ -75,7 +75,7 @@ class PPOConfig:
     """The LM head's matmul under bf16 compute: float32 (the default: logits, hence log-probs and PPO ratios,
     at fp32 resolution) or compute (bf16 like the body, as verl's mixed precision runs it: logits rounded to
     bf16, then the log-softmax in fp32, as the bf16 vLLM engine samples; on an AMX Xeon the default run's
-    updates took 0.94x the time, benchmarks/results/learner_precision.md). No effect under fp32 compute.
+    updates took 0.92x the time, benchmarks/results/learner_precision.md). No effect under fp32 compute.
     Reference (verl): compute."""
     tree_multiple: int = 1
     """Pad each packed prefix tree (`forward` shared_prefix) with masked tokens to a multiple of this many
