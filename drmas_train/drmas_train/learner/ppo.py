@@ -39,6 +39,7 @@ Choices stated once:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -281,7 +282,7 @@ class Learner:
         finally:
             self.model.train(was_training)
 
-    def _casts_kept(self):
+    def _casts_kept(self) -> contextlib.AbstractContextManager[None]:
         """`keep_casts` over the block, except under FSDP (its gathered weights are freed after each use)."""
         return keep_casts(None if self.sharded else self.autocast, self.device_type)
 
