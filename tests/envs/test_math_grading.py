@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from drmas_envs.math import grading
 from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_boxed
 from drmas_envs.math.datasets import load_jsonl_tasks
 from drmas_envs.math.grading import Grader, default_grader, fast_grade, normalise
@@ -243,5 +244,26 @@ def test_a_worker_that_never_answers_is_killed_at_the_wall_bound():
         assert g.worker_pid != stuck
         g.timeout_s = 30.0  # the fresh worker grades (a loose bound: a loaded machine can't flip it)
         assert g("\\sqrt{9}", "3") is True
+    finally:
+        g.close()
+
+
+def test_a_math_verify_that_cannot_grade_fails_loudly(tmp_path, monkeypatch):
+    """A math-verify that grades a known-equal pair as different (here a stand-in package named
+    math_verify, ahead of the real one on the worker's path: the real failure was an older release
+    rejecting an argument, which it logs and answers with "different") stops grading with the reason,
+    instead of grading every answer wrong."""
+    broken = tmp_path / "math_verify"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "def parse(text, **kw):\n    return []\n\ndef verify(a, b, **kw):\n    return False\n"
+    )
+    # first on the worker's path, ahead of the folder drmas_envs is imported from (site-packages, installed)
+    monkeypatch.setattr(grading, "_PACKAGE_ROOT", os.pathsep.join([str(tmp_path), grading._PACKAGE_ROOT]))
+    g = Grader(timeout_s=30.0)
+    try:
+        with pytest.raises(RuntimeError, match="self-check.*1/2 against 0.5"):
+            g("\\sqrt{4}", "2")
+        assert g.worker_pid is None
     finally:
         g.close()

@@ -8,7 +8,8 @@ parent still enforces a hard bound by killing this process (a long C call cannot
 It never evaluates text as code: math-verify parses LaTeX into sympy expressions.
 
 Protocol: a line {"answer": str, "reference": str, "cpu_s": float} -> a line {"ok": bool, "error": str}.
-First line out: {"ready": true}.
+First line out: {"ready": true}, or {"ready": false, "error": str} when a known-equal pair does not grade
+equal (math-verify broken or incompatible), so the parent fails loudly instead of grading every answer wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import sys
 
 _REPEAT_S = 0.05
 """After the budget, the timer fires again every this many CPU seconds until the check ends."""
+
+
+_NO_WALL_TIMEOUT = 0
+"""math-verify's timeout argument meaning none: >= 0.8 skips the alarm for values <= 0 (and takes None,
+which 0.7 rejects); 0.7 calls signal.alarm(0), which sets no alarm."""
 
 
 class OverBudget(BaseException):
@@ -37,15 +43,21 @@ def main() -> None:
 
     @functools.lru_cache(maxsize=4096)
     def parse_boxed(text: str):
-        return parse(f"\\boxed{{{text}}}", parsing_timeout=None)
+        return parse(f"\\boxed{{{text}}}", parsing_timeout=_NO_WALL_TIMEOUT)
 
     # warm up (lazy imports, the LaTeX parser) before saying ready, so the first real check is not
     # slowed past its time bound by one-time setup
-    verify(parse_boxed("\\frac{1}{2}"), parse_boxed("0.5"), timeout_seconds=None)
-    signal.signal(signal.SIGPROF, _over_budget)
     out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
+    try:
+        works = bool(verify(parse_boxed("\\frac{1}{2}"), parse_boxed("0.5"), timeout_seconds=_NO_WALL_TIMEOUT))
+        error = "" if works else "math-verify graded 1/2 against 0.5 as different"
+    except Exception as exc:
+        works, error = False, f"{type(exc).__name__}: {str(exc)[:200]}"
+    out.write(json.dumps({"ready": works, "error": error}) + "\n")
     out.flush()
+    if not works:
+        return
+    signal.signal(signal.SIGPROF, _over_budget)
     for line in sys.stdin:
         try:
             req = json.loads(line)
@@ -53,7 +65,7 @@ def main() -> None:
             try:
                 gold = parse_boxed(req["reference"])
                 pred = parse_boxed(req["answer"])
-                ok = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
+                ok = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=_NO_WALL_TIMEOUT))
             finally:
                 signal.setitimer(signal.ITIMER_PROF, 0)
             reply = {"ok": ok, "error": ""}

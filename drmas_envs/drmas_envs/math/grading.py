@@ -227,8 +227,14 @@ class Grader:
                     "the math-verify grading worker did not start; check that `python -m "
                     "drmas_envs.math._grade_worker` runs (is math-verify installed?)"
                 ) from exc
-            if not json.loads(line).get("ready"):
-                raise RuntimeError(f"unexpected first line from the grading worker: {line[:200]!r}")
+            try:
+                hello = json.loads(line)
+            except ValueError:
+                hello = {}
+            if not isinstance(hello, dict) or not hello.get("ready"):
+                self._kill()
+                reason = hello.get("error") if isinstance(hello, dict) and hello.get("error") else line[:200]
+                raise RuntimeError(f"the math-verify grading worker failed its self-check: {reason!r}")
             self._ready = True
 
     def _await_reply(self) -> bytes:
