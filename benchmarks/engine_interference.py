@@ -53,7 +53,7 @@ def main() -> None:
     def rollout(label: str) -> None:
         nonlocal batch
         t = time.perf_counter()
-        batch = trainer._rollout(1, 0)
+        batch = trainer.next_batch()
         times[label] = round(time.perf_counter() - t, 2)
 
     try:

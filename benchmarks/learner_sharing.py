@@ -32,7 +32,6 @@ from pathlib import Path
 def collect(path: Path, prompts: int, group: int, backend: str, env: str = "math-2agent") -> None:
     from drmas_train.config import build_config
     from drmas_train.records import CallRecord
-    from drmas_train.rollout import rollout
     from drmas_train.trainer import Trainer
 
     over = {"models.backend": backend, "rollout.prompts_per_step": prompts, "rollout.group_size": group}
@@ -40,15 +39,7 @@ def collect(path: Path, prompts: int, group: int, backend: str, env: str = "math
     over["log.run_dir"] = tempfile.mkdtemp(prefix="drmas-bench-")
     trainer = Trainer(build_config("cpu", over))
     try:
-        batch = rollout(
-            trainer.envs,
-            trainer._tasks_at(trainer.cursor),
-            group,
-            trainer.serving,
-            trainer.sampling,
-            seed=0,
-            max_prompt_tokens=trainer.cfg.rollout.max_prompt_tokens,
-        )
+        batch = trainer.next_batch()  # step 1's batch, as the run rolls it out
     finally:
         trainer.close()
     keep = {f for f in CallRecord.__dataclass_fields__ if f not in ("extra",)}

@@ -248,6 +248,14 @@ class Trainer:
         log.info("resumed from %s (step %d)", folder, self.step)
 
     # ---- the step --------------------------------------------------------------------------------
+    def next_batch(self) -> RolloutBatch:
+        """The batch the next step would train on, rolled out with the current weights at that step's seed.
+
+        Nothing is trained and neither the step nor the data position moves: for benchmarks and for
+        looking at what the policies produce.
+        """
+        return self._rollout(self.step + 1, self.cursor)
+
     def train_step(self) -> dict[str, Any]:
         """One step: rollout, rewards, advantages, an update of each policy, sync, logs, checkpoint."""
         cfg = self.cfg

@@ -91,6 +91,24 @@ def test_ids_trained_equal_ids_sampled_every_turn(tmp_path, monkeypatch):
     assert len(sampled) > 2 * cfg.rollout.prompts_per_step * cfg.rollout.group_size
 
 
+def test_next_batch_is_the_batch_the_next_step_trains_on(tmp_path, monkeypatch):
+    _, trainer = _smoke(tmp_path, **{"steps": 1, "eval.every": 0, "eval.before_train": False})
+    peek = trainer.next_batch()
+    assert (trainer.step, trainer.cursor) == (0, 0)  # a look, not a step
+    trained = []
+    score = learner_mod.score
+
+    def spy_score(model, records, **kw):
+        trained.extend((tuple(r.prompt_ids), tuple(r.response_ids)) for r in records)
+        return score(model, records, **kw)
+
+    monkeypatch.setattr(learner_mod, "score", spy_score)
+    trainer.train()
+    assert trained and sorted(trained) == sorted(
+        (tuple(r.prompt_ids), tuple(r.response_ids)) for r in peek.records if r.response_ids
+    )
+
+
 def test_rewards_follow_final_infos(tmp_path):
     cfg, trainer = _smoke(tmp_path, **{"agents.verifier.format_penalty": 0.5, "steps": 1})
     from drmas_train.rollout import rollout
