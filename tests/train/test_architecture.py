@@ -20,8 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from golden_record import apply, differences, expected, load  # noqa: E402
 from import_graph import PACKAGES, cycles, graph  # noqa: E402
 
-OLD_GOLDEN = Path(__file__).parent / "golden" / "print_config"
-
 
 def test_importing_the_config_loads_no_torch_and_nothing_else_of_the_package():
     code = (
@@ -150,11 +148,6 @@ def test_print_config_of_every_preset_is_as_recorded(preset, capsys):
         f"`drmas-train --preset {preset} --print-config` changed; if the change is meant, record it with "
         "`python tests/train/golden_record.py` and read the record's diff"
     )
-
-
-@pytest.mark.parametrize("preset", list_presets())
-def test_the_one_record_reproduces_the_old_per_preset_files_byte_for_byte(preset):
-    assert expected(preset) == (OLD_GOLDEN / f"{preset}.yaml").read_text()
 
 
 def test_the_record_keeps_key_order_and_names_only_real_fields():
