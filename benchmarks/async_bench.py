@@ -97,7 +97,7 @@ def one_run(preset: str, k: int, steps: int, backend: str | None, placed: bool =
     `placed`: on a learner pool beside a rollout pool (`PLACED`), in a local Ray started for the run.
     """
     from drmas_train.config import build_config
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     over: dict[str, Any] = {"steps": steps, "rollout.max_staleness": k, "eval.every": 0, "eval.before_train": False}
     over.update({"log.run_dir": tempfile.mkdtemp(prefix="drmas-async-"), "log.tensorboard": False})

@@ -40,7 +40,7 @@ def main() -> None:
     from machine import cpu_line
 
     from drmas_train.config import build_config
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     over = {"eval.every": 0, "eval.before_train": False, "log.checkpoint_every": 0, "steps": 1}
     over.update({"log.run_dir": tempfile.mkdtemp(prefix="drmas-interference-"), "learner.compute_dtype": args.dtype})

@@ -111,8 +111,8 @@ def build_engine(kind: str, args, folder: Path, tokenizer, model, device: str):
     import torch
 
     if kind == "vllm":
-        from drmas_train.backends.vllm_backend import VLLMBackend
         from drmas_train.config import EngineConfig
+        from drmas_train.engines.vllm_backend import VLLMBackend
 
         engine = EngineConfig(
             max_model_len=args.prompt_tokens + args.response_tokens,
@@ -130,7 +130,7 @@ def build_engine(kind: str, args, folder: Path, tokenizer, model, device: str):
             return sum(len(o.outputs[0].token_ids) for o in outs)
 
         return backend, raw
-    from drmas_train.backends.transformers_backend import TransformersBackend
+    from drmas_train.engines.transformers_backend import TransformersBackend
 
     backend = TransformersBackend(model, tokenizer, max_batch_size=args.batch)
 
@@ -171,9 +171,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from drmas_train.backends.base import SamplingParams
+    from drmas_train.algorithm.records import CallRecord
+    from drmas_train.engines.base import SamplingParams
     from drmas_train.learner import Learner, PPOConfig
-    from drmas_train.records import CallRecord
 
     device = "cpu" if args.cpu_smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():

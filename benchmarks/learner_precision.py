@@ -22,7 +22,7 @@ preset's lr) and torch's default threads:
   relative difference;
 - log-prob agreement: the largest |log p - log p_first| over the batch's response tokens;
 - minor page faults per update (median): pages the kernel handed the process fresh, each zeroed
-  (`--keep-freed-memory` applies the allocator policy `drmas-train` runs with, `drmas_train.allocator`).
+  (`--keep-freed-memory` applies the allocator policy `drmas-train` runs with, `drmas_train.learner.allocator`).
 Writes the figures to `--out` (JSON) and prints them with the CPU and the load average.
 """
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def _records(path: Path):
     import numpy as np
 
-    from drmas_train.records import CallRecord
+    from drmas_train.algorithm.records import CallRecord
 
     records = [CallRecord(**row) for row in json.loads(path.read_text())]
     rng = np.random.default_rng(0)
@@ -87,8 +87,8 @@ def measure(records_path: Path, repeats: int, settings: list[str]) -> dict:
     from transformers import AutoModelForCausalLM
 
     from drmas_train.config import build_config
+    from drmas_train.engines.resolve import resolve_model
     from drmas_train.learner import Learner
-    from drmas_train.models.resolve import resolve_model
 
     records = _records(records_path)
     base_cfg = build_config("cpu").learner
@@ -151,7 +151,7 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.keep_freed_memory:
-        from drmas_train.allocator import keep_freed_memory
+        from drmas_train.learner.allocator import keep_freed_memory
 
         keep_freed_memory()
     # compile into an empty cache, as a fresh machine would (the first pass's time includes it)

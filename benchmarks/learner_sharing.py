@@ -30,9 +30,9 @@ from pathlib import Path
 
 
 def collect(path: Path, prompts: int, group: int, backend: str, env: str = "math-2agent") -> None:
+    from drmas_train.algorithm.records import CallRecord
     from drmas_train.config import build_config
-    from drmas_train.records import CallRecord
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     over = {"models.backend": backend, "rollout.prompts_per_step": prompts, "rollout.group_size": group}
     over["env.id"] = env
@@ -54,12 +54,12 @@ def replay(path: Path, repeats: int, micro: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from drmas_train.algorithm.records import CallRecord
+    from drmas_train.engines.resolve import resolve_model
     from drmas_train.learner import Learner, PPOConfig
     from drmas_train.learner.adapters import chunk_by_adapter
     from drmas_train.learner.forward import choose_forward
     from drmas_train.learner.prefix_tree import tree_length
-    from drmas_train.models.resolve import resolve_model
-    from drmas_train.records import CallRecord
 
     torch.set_num_threads(1)
     records = [CallRecord(**row) for row in json.loads(path.read_text())]

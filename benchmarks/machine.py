@@ -6,7 +6,7 @@ import os
 import platform
 from pathlib import Path
 
-from drmas_train.models.engine import NATIVE_BF16_CPU_FLAGS, cpu_flags
+from drmas_train.engines.settings import NATIVE_BF16_CPU_FLAGS, cpu_flags
 
 
 def cpu_model() -> str:

@@ -44,7 +44,7 @@ CHILD = r"""
 import json, sys, time
 import torch
 from drmas_train.learner import Learner, PPOConfig
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
 
 case = json.loads(sys.argv[1])
 torch.set_num_threads(case["threads"])
@@ -60,7 +60,7 @@ with open("/proc/self/clear_refs", "w") as f:
 before = rss_kib("VmRSS:")
 if case["model"].startswith("HuggingFaceTB/"):
     from transformers import AutoModelForCausalLM
-    from drmas_train.models.resolve import resolve_model
+    from drmas_train.engines.resolve import resolve_model
     model = AutoModelForCausalLM.from_pretrained(resolve_model(case["model"]), dtype=torch.float32)
 else:
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from drmas_train.extras import require
+from drmas_train.engines.extras import require
 
 require("matplotlib", "bench", "plotting a run")
 import matplotlib  # noqa: E402

@@ -51,12 +51,12 @@ def build(backend: str, path: Path):
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     if backend == "transformers":
-        from drmas_train.backends.transformers_backend import TransformersBackend
+        from drmas_train.engines.transformers_backend import TransformersBackend
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         return TransformersBackend(model, tokenizer)
-    from drmas_train.backends.vllm_backend import VLLMBackend
     from drmas_train.config import EngineConfig
+    from drmas_train.engines.vllm_backend import VLLMBackend
 
     return VLLMBackend(path, EngineConfig(max_model_len=2048, kv_cache_gib=0.5), tokenizer=tokenizer)
 
@@ -67,8 +67,8 @@ class EngineBench:
     def __init__(self, model: str, backend: str, batch: int, new_tokens: int, threads: int | None = None):
         import torch
 
-        from drmas_train.backends.base import SamplingParams
-        from drmas_train.models.resolve import resolve_model
+        from drmas_train.engines.base import SamplingParams
+        from drmas_train.engines.resolve import resolve_model
 
         if threads:
             torch.set_num_threads(threads)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from drmas_train.backends import transformers_backend as tb
+from drmas_train.engines import transformers_backend as tb
 
 
 def full_sort_rule(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -68,8 +68,8 @@ def filter_rows(batch: int) -> list[str]:
 def end_to_end_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drmas_train.backends.base import SamplingParams
-    from drmas_train.models.resolve import resolve_model
+    from drmas_train.engines.base import SamplingParams
+    from drmas_train.engines.resolve import resolve_model
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from rollout_throughput import prompts
@@ -103,10 +103,10 @@ def vllm_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     from transformers import AutoTokenizer
     from vllm.v1.sample.ops import topk_topp_sampler as ops
 
-    from drmas_train.backends.base import SamplingParams
-    from drmas_train.backends.vllm_backend import VLLMBackend
     from drmas_train.config import EngineConfig
-    from drmas_train.models.resolve import resolve_model
+    from drmas_train.engines.base import SamplingParams
+    from drmas_train.engines.resolve import resolve_model
+    from drmas_train.engines.vllm_backend import VLLMBackend
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from rollout_throughput import prompts

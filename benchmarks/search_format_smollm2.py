@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import drmas_envs
 from drmas_envs.search.prompts import ONE_AGENT, THREE_AGENT, TWO_AGENT
 from drmas_envs.workflow import PromptTemplate
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines.resolve import resolve_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from math_levels_smollm2 import make_policy  # noqa: E402

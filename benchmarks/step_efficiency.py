@@ -130,7 +130,7 @@ def run_row(row: str, args: argparse.Namespace, spec: dict[str, Any]) -> dict[st
     """Run one row in its own process; its figures, peak RSS, load and process time."""
     spec = {**spec, "backend": "vllm" if row.endswith("-vllm") else "transformers"}
     if row in ("trl", "trl-gc"):
-        from drmas_train.models.resolve import resolve_model
+        from drmas_train.engines.resolve import resolve_model
 
         spec["model_path"] = str(resolve_model(spec["model"]))
     spec_path, result = args.work_dir / f"{row}.spec.json", args.work_dir / f"{row}.json"

@@ -97,7 +97,7 @@ def _timed(fn: Any, n: int) -> list[float]:
 
 def run_drmas(spec: dict[str, Any], row: str) -> dict[str, Any]:
     """Time `train_step` (row drmas), `validate` or `save` (rows validate, checkpoint) from outside."""
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     clock = GradeClock()
     clock.install()
@@ -135,7 +135,7 @@ def run_floor(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drmas_train.models.resolve import resolve_model
+    from drmas_train.engines.resolve import resolve_model
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])

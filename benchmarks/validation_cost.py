@@ -5,7 +5,7 @@
 
 Builds the preset's trainer (the same engines, envs and validation protocol as `drmas-train`; nothing is
 trained), runs one validation of the initial weights, the one every run starts with, and prints a markdown
-report: one row per engine call (the lock-step rounds of `drmas_train.validation`), its requests, prompt
+report: one row per engine call (the lock-step rounds of `drmas_train.run.validation`), its requests, prompt
 and generated tokens, seconds and generated tokens/s, then the validation's total. The engine's
 `generate` is timed as it is, with its real inputs (a wrapper records them; nothing is replaced).
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> str:
     args.argv = sys.argv[1:] if argv is None else argv
 
     from drmas_train.config import build_config, parse_assignment
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     overrides = dict(parse_assignment(s) for s in args.set)
     overrides.setdefault("log.run_dir", "/tmp/drmas-validation-cost")

@@ -78,7 +78,7 @@ def make_envs(n: int) -> list:
 def load_policy() -> tuple[torch.nn.Module, object]:
     """The tiny model and its tokenizer (built and cached locally on first use)."""
     # The one import from the trainer: it only builds the tiny test model, none of the algorithm.
-    from drmas_train.models.resolve import resolve_model
+    from drmas_train.engines.resolve import resolve_model
 
     transformers.logging.disable_progress_bar()
     path = resolve_model("tiny-math")

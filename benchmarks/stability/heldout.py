@@ -1,6 +1,6 @@
 """Held-out accuracy of stability runs: validation curves, gains over seeds, paired differences to a baseline.
 
-The runs log `val/*` metrics (`drmas_train.validation`) at step 0 (before training) and every
+The runs log `val/*` metrics (`drmas_train.run.validation`) at step 0 (before training) and every
 `eval.every` steps. A gain is a run's value at the last validation step every run has minus its
 value at the first; gains are summarised over seeds with a t-interval, and against the baseline
 estimator (grpo) per seed, where the two runs share data order and initial weights (same seed,

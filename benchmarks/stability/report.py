@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import heldout  # noqa: E402
 
-from drmas_train.extras import require
+from drmas_train.engines.extras import require
 from drmas_train.stability import as_float, grad_norm_summary, read_jsonl  # noqa: E402
 
 FINAL_STEPS = 5  # "final" figures average the last few steps, since one step's reward is noisy

@@ -19,7 +19,7 @@ is copied there first. The run folders (checkpoints, GBs) stay outside the repos
 by the next session; the archive lets a clean checkout rebuild the report, and a later session add seeds
 or estimators to it (`--report-only` with the full lists reports every archived run).
 
-Held-out accuracy: every run validates (`drmas_train.validation`) before step 1 and every
+Held-out accuracy: every run validates (`drmas_train.run.validation`) before step 1 and every
 `--eval-every` steps on the same held-out problems: the driver pins `eval.seed` (`--eval-seed`, the
 same for every estimator and seed), so only the weights differ between two validations. The step-0
 validation survives a resume (the trainer keeps rows up to its checkpoint and validates before

@@ -5,7 +5,7 @@
 No model is trained: per-call rewards are drawn as in the math tasks (team reward 1 or 0 per
 episode, minus a 0.1 format penalty on each malformed call) for teams whose agents differ in call
 counts and format-error rates, and the advantages of every estimator are computed with
-`drmas_train.advantages`. The table sets the measured second moments against the prediction for
+`drmas_train.algorithm.advantages`. The table sets the measured second moments against the prediction for
 one global baseline per group, (sigma_k^2 + (mu_k - mu)^2) / s^2, and its gap term. Writes
 benchmarks/results/stability/synthetic/README.md and second_moments.png.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drmas_train.extras import require
+from drmas_train.engines.extras import require
 from drmas_train.stability import second_moments, synthetic_calls
 
 ROOT = Path(__file__).resolve().parents[2]

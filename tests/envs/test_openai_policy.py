@@ -304,7 +304,7 @@ def test_console_script_lists_the_envs():
 
 def _in_process_policy(backend, max_new_tokens):
     """The same model in-process: chat template -> token ids -> drmas_train's vLLM backend, greedy."""
-    from drmas_train.backends.base import SamplingParams
+    from drmas_train.engines.base import SamplingParams
 
     def policy(agent, observations):
         prompts = [
@@ -334,7 +334,7 @@ def _recording(policy, log):
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_vllm_serve_gives_the_in_process_results_exactly(vllm_server, vllm_served_model):
-    backend_mod = pytest.importorskip("drmas_train.backends.vllm_backend")
+    backend_mod = pytest.importorskip("drmas_train.engines.vllm_backend")
     from drmas_train.config import EngineConfig
 
     backend = backend_mod.VLLMBackend(vllm_served_model, EngineConfig(max_model_len=2048, kv_cache_gib=0.125))

@@ -2,7 +2,7 @@
 
 import torch
 
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
 
 
 def shared_prefix_records(vocab: int, n: int = 6, seed: int = 3) -> list[CallRecord]:

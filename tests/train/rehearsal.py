@@ -36,7 +36,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.testing.tiny import build_tiny_model
 
 MAY_CHANGE = (
     "models.name",

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from drmas_train.advantages import ESTIMATORS, advantage_stats, agent_moments, compute_advantages
+from drmas_train.algorithm.advantages import ESTIMATORS, advantage_stats, agent_moments, compute_advantages
 
 R = [0.0, 2.0, 1.0, 1.0, 1.0, 4.0, 2.0, 0.0, 7.0]
 G = [0] * 9

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from drmas_train.allocator import _glibc
+from drmas_train.learner.allocator import _glibc
 
 MIB = 64  # above glibc's largest mmap threshold (32 MiB): served by mmap unless the policy is on
 PAGES = MIB * 2**20 // 4096
@@ -23,11 +23,11 @@ PAGES = MIB * 2**20 // 4096
 # allocates, touches and frees one block of argv[2] MiB three times, and counts the page faults of each.
 SCRIPT = """
 import ctypes, json, resource, sys
-from drmas_train.allocator import keep_freed_memory
+from drmas_train.learner.allocator import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else None
 if sys.argv[1].startswith("trainer-"):
     from drmas_train.config import build_config
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
     flag = sys.argv[1] == "trainer-true"
     over = {"log.run_dir": sys.argv[3], "steps": 0, "keep_freed_memory": flag}
     Trainer(build_config("smoke", over)).close()

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from drmas_train.backends.base import SamplingParams
-from drmas_train.backends.transformers_backend import TransformersBackend
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import build_config
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.transformers_backend import TransformersBackend
 from drmas_train.learner import Learner, PPOConfig
 from drmas_train.learner.loss import behaviour_weights
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
 from drmas_train.rollout.versions import VersionedBackend, WeightClock, drop_stale_groups, staleness_stats
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
+from drmas_train.testing.tiny import build_tiny_model
 
 ASYNC = {"learner.old_logprobs": "decoupled", "log.tensorboard": False}
 

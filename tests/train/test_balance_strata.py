@@ -18,11 +18,11 @@ push is -2c - 2c + 4c = 0.
 import numpy as np
 import pytest
 
-from drmas_train.advantages import compute_advantages, strata_weights
+from drmas_train.algorithm.advantages import compute_advantages, strata_weights
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import build_config
-from drmas_train.records import CallRecord
 from drmas_train.rollout import RolloutBatch
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 VERDICTS = ["approve", "reject", "reject", "approve"] * 3
 STRATA = ["wrong"] * 8 + ["right"] * 4

@@ -9,9 +9,9 @@ from spies import record_prompts
 from transformers import AutoTokenizer
 
 from drmas_train.config import build_config
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines.resolve import resolve_model
 from drmas_train.rollout import chat_prompt
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 EMPTY_THINK = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 OBS = {"system": "You are the Solver.", "user": "What is 3 + 4?"}

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from drmas_train.config import PPOConfig
 from drmas_train.learner import Learner
 from drmas_train.learner.compiled import CompiledLayers, check_compiler
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.testing.tiny import build_tiny_model
 
 pytestmark = pytest.mark.xdist_group("torch_compile")  # one compile at a time on a 2-core runner
 

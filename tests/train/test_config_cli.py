@@ -9,13 +9,13 @@ import typing
 
 import pytest
 
-from drmas_train.advantages import ESTIMATORS
+from drmas_train.algorithm.advantages import ESTIMATORS
 from drmas_train.cli import main, parse_train_args
 from drmas_train.cli.args import train_parser
 from drmas_train.config import Assignment, Forward, TrainConfig, build_config, choices, list_presets, load_preset
 from drmas_train.config.help import PLACEHOLDERS, iter_fields
-from drmas_train.models.resolve import resolve_model
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.engines.resolve import resolve_model
+from drmas_train.testing.tiny import build_tiny_model
 
 PAPER_PRESETS = {
     "math-2x-qwen3-4b",
@@ -337,7 +337,7 @@ def test_paper_data_not_found_ends_before_any_model_loads(tmp_path, monkeypatch)
 
 def test_epochs_set_the_steps_from_the_data(tmp_path):
     from drmas_train.config import steps_for_epochs
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     assert steps_for_epochs(2, 17, 4) == 9 and steps_for_epochs(1, 8, 4) == 2 and steps_for_epochs(0.01, 5, 4) == 1
     cfg = build_config("smoke", {"epochs": 1.5, "log.run_dir": str(tmp_path / "run"), "eval.every": 0})

@@ -32,10 +32,10 @@ ray = pytest.importorskip("ray")
 
 from ray.util.placement_group import placement_group_table  # noqa: E402
 
-from drmas_train.checkpoint import latest_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
 from drmas_train.placement.failures import WorkerDiedError  # noqa: E402
-from drmas_train.trainer import Trainer  # noqa: E402
+from drmas_train.run.checkpoint import latest_checkpoint  # noqa: E402
+from drmas_train.run.trainer import Trainer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

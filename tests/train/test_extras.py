@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from drmas_train.extras import MissingExtraError, require
-from drmas_train.models.resolve import convert_gguf
+from drmas_train.engines.extras import MissingExtraError, require
+from drmas_train.engines.resolve import convert_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_core_imports_neither_gguf_nor_matplotlib():
     code = (
-        "import sys, drmas_train.cli, drmas_train.trainer, drmas_train.cli.eval, drmas_train.models.resolve; "
+        "import sys, drmas_train.cli, drmas_train.run.trainer, drmas_train.cli.eval, drmas_train.engines.resolve; "
         "print(sorted(m for m in ('gguf', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

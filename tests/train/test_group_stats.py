@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drmas_train.advantages import compute_advantages
+from drmas_train.algorithm.advantages import compute_advantages
+from drmas_train.algorithm.group_stats import GroupWarnings, group_stats
 from drmas_train.cli.main import _progress_line
 from drmas_train.config import build_config
-from drmas_train.group_stats import GroupWarnings, group_stats
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 STATS = ("singleton_share", "zero_var_share", "size_min", "size_median", "size_max")
@@ -140,7 +140,7 @@ def test_a_smoke_run_logs_warns_and_plots_them(tmp_path, caplog):
     run = tmp_path / "run"
     overrides = {"log.run_dir": str(run), "steps": 1, "rollout.group_size": 1, "log.trajectories_per_step": 8}
     cfg = build_config("smoke", {**overrides, "eval.every": 0, "eval.before_train": False})
-    with caplog.at_level(logging.WARNING, logger="drmas_train.trainer"):
+    with caplog.at_level(logging.WARNING, logger="drmas_train.run.trainer"):
         Trainer(cfg).train()
     (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     episodes = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]

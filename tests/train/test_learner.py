@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
 from drmas_train.learner.forward import score
 from drmas_train.learner.loss import kl_k3, make_batch, ppo_token_losses
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
+from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,7 +20,7 @@ import json, resource, sys
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from drmas_train.learner import Learner, PPOConfig
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
 
 torch.set_num_threads(1)
 torch.manual_seed(0)

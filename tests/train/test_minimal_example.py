@@ -1,6 +1,6 @@
 """examples/minimal_drmas.py, the one-file algorithm, agrees with the trainer and learns.
 
-- Its advantages equal `drmas_train.advantages`' Dr. MAS estimator on a hand-built batch that has
+- Its advantages equal `drmas_train.algorithm.advantages`' Dr. MAS estimator on a hand-built batch that has
   every case the estimator distinguishes (and differ from the pooled one, so the check can fail).
 - Its PPO update lowers the loss on a fixed batch with fixed advantages (not a noisy RL curve).
 - Its lock-step rollout gives each call the reward the env gives when the episode is replayed.
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import drmas_envs
-from drmas_train.advantages import compute_advantages
+from drmas_train.algorithm.advantages import compute_advantages
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "minimal_drmas.py"
 

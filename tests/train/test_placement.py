@@ -22,13 +22,13 @@ ray = pytest.importorskip("ray")
 
 from ray.util.placement_group import PlacementGroup, placement_group_table  # noqa: E402
 
-from drmas_train.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from drmas_train.config import build_config  # noqa: E402
 from drmas_train.placement import PlacementConfig, PoolSize, worker_groups  # noqa: E402
 from drmas_train.placement.pools import generates, uses_engine_actors  # noqa: E402
 from drmas_train.placement.proxies import split_rows  # noqa: E402
 from drmas_train.rollout import rollout  # noqa: E402
-from drmas_train.trainer import Trainer  # noqa: E402
+from drmas_train.run.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from drmas_train.run.trainer import Trainer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verifier", "tokens/generated")

@@ -11,7 +11,7 @@ import transformers
 
 from drmas_train.cli import main
 from drmas_train.config import build_config, list_presets
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines.resolve import resolve_model
 from drmas_train.plan.arch import KNOWN_ARCHS, arch_from_folder
 from drmas_train.plan.memory import GIB, train_state
 

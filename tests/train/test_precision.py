@@ -9,11 +9,11 @@ from batches import shared_prefix_records
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
+from drmas_train.engines.settings import native_bf16
 from drmas_train.learner import Learner, PPOConfig, ppo
 from drmas_train.learner.forward import head_scores
 from drmas_train.learner.precision import resolve_compute_dtype
-from drmas_train.models.engine import native_bf16
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from spies import record_prompts
 from transformers import AutoTokenizer
 
 from drmas_train.config import build_config
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines.resolve import resolve_model
 from drmas_train.rollout import chat_prompt
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 OBS = {"system": "You are the Solver. " * 30, "user": "Solve it. " * 30 + "What is 3 + 4?"}
 HEADER = "<|im_start|>assistant\n"

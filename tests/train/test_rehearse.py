@@ -22,7 +22,7 @@ import rehearsal
 from drmas_envs.search.retrievers import get_retriever
 from drmas_retrieval import ServiceConfig, serve_in_thread
 from drmas_train.config import build_config, list_presets, load_preset, to_dict
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 PRESETS = [p for p in list_presets() if "reference" in load_preset(p)]

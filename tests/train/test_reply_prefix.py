@@ -10,11 +10,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import drmas_envs
-from drmas_train.backends.base import SamplingParams
-from drmas_train.backends.transformers_backend import TransformersBackend
-from drmas_train.models.assignment import Policy
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.engines.assignment import Policy
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.transformers_backend import TransformersBackend
 from drmas_train.rollout import chat_prompt, rollout
+from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from drmas_train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from drmas_train.config import build_config
-from drmas_train.trainer import Trainer
+from drmas_train.run.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from drmas_train.run.trainer import Trainer
 
 
 def _rows(run: Path):

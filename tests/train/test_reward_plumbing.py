@@ -16,12 +16,12 @@ import torch
 from transformers import AutoTokenizer
 
 import drmas_envs
-from drmas_train.backends.base import Backend, Generation, SamplingParams
 from drmas_train.config import build_config
-from drmas_train.models.assignment import Policy
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.engines.assignment import Policy
+from drmas_train.engines.base import Backend, Generation, SamplingParams
 from drmas_train.rollout import chat_prompt, rollout
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
+from drmas_train.testing.tiny import build_tiny_model
 
 MAX_PROMPT = 1_000_000  # no prompt loses its middle: the script reads the whole prompt
 GROUP = 2

@@ -21,7 +21,7 @@ import pytest
 
 from drmas_train.config import PlacementConfig, PoolSize, build_config, save_config
 from drmas_train.placement.rollout_pool import ROLLOUT_POOL, check_worker_names, engine_groups
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 QUIET = {"log.tensorboard": False, "eval.before_train": False}
 POOLED = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.rollout_pool.cpus": 1}

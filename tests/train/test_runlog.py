@@ -1,6 +1,6 @@
 """Which episodes of a step go to trajectories.jsonl."""
 
-from drmas_train.runlog import logged_episodes
+from drmas_train.run.runlog import logged_episodes
 
 
 def test_one_episode_of_every_group_comes_first():

@@ -7,7 +7,7 @@ import pytest
 from drmas_train.cli.args import parse_train_args
 from drmas_train.cli.main import _preset_for
 from drmas_train.config import build_config, default_preset, load_preset
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 
 @pytest.mark.parametrize(

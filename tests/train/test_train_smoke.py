@@ -7,7 +7,7 @@ import torch
 
 from drmas_train.config import build_config
 from drmas_train.learner import ppo as learner_mod
-from drmas_train.trainer import Trainer
+from drmas_train.run.trainer import Trainer
 
 
 def _smoke(tmp_path, **overrides):

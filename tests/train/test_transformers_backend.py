@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from drmas_train.backends.base import Backend, SamplingParams
-from drmas_train.backends.transformers_backend import TransformersBackend
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines.base import Backend, SamplingParams
+from drmas_train.engines.resolve import resolve_model
+from drmas_train.engines.transformers_backend import TransformersBackend
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_per_row_seeds_make_sampling_batch_invariant(tmp_path):
     A random tiny model (near-uniform next-token distributions) so that every sampled row runs to its
     limit and rows differ; mixed temperatures, top-p and a greedy row in one batch.
     """
-    from drmas_train.models.tiny import build_tiny_model
+    from drmas_train.testing.tiny import build_tiny_model
 
     path = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)
     model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -236,7 +236,7 @@ def _nucleus_by_full_sort(logits, top_p):
 
 @pytest.mark.parametrize("scale", [1.0, 8.0])  # flat rows: nucleus past the probe (full sort); peaked: inside it
 def test_top_p_filter_keeps_the_nucleus_of_a_full_sort_and_top_p_one_keeps_all(scale):
-    from drmas_train.backends.nucleus import NUCLEUS_PROBE, filter_top_p
+    from drmas_train.engines.nucleus import NUCLEUS_PROBE, filter_top_p
 
     logits = torch.randn(8, 49152, generator=torch.Generator().manual_seed(0)) * scale
     top_p = torch.tensor([0.95, 1.0, 0.5, 0.9] * 2)

@@ -8,12 +8,12 @@ import yaml
 
 from drmas_envs import EpisodeResult
 from drmas_envs.evaluate import summarise, tally
-from drmas_train.backends import resolve_backend
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import EvalConfig, build_config
-from drmas_train.metrics import verdict_metrics
-from drmas_train.records import CallRecord
-from drmas_train.trainer import Trainer
-from drmas_train.validation import _per_agent, metrics_row
+from drmas_train.engines import resolve_backend
+from drmas_train.run.metrics import verdict_metrics
+from drmas_train.run.trainer import Trainer
+from drmas_train.run.validation import _per_agent, metrics_row
 
 
 def _trainer(tmp_path, **overrides):

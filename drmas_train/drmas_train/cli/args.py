@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from drmas_envs import DataError
-from drmas_train.advantages import ESTIMATORS
+from drmas_train.algorithm.advantages import ESTIMATORS
 from drmas_train.config import list_presets, parse_assignment
 from drmas_train.config.help import PLAIN_FLAGS, field_choices, iter_fields, render
-from drmas_train.extras import MissingExtraError
+from drmas_train.engines.extras import MissingExtraError
 
 USAGE = (
     "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"

@@ -1,6 +1,6 @@
 """`drmas-train eval`: avg@k and pass@k of a training checkpoint or a model, per data source.
 
-It runs the validation of training (`drmas_train.validation.evaluate_team`): the same held-out envs,
+It runs the validation of training (`drmas_train.run.validation.evaluate_team`): the same held-out envs,
 engines, prompts and sampling. With `--checkpoint DIR` the run is rebuilt from its `config.yaml` (env id
 and options, held-out split, stop strings, response and prompt caps, the cut side, chat-template
 options, models, engine and its dtype, validation protocol) and the checkpoint's weights are loaded,
@@ -68,7 +68,7 @@ def eval_parser() -> argparse.ArgumentParser:
 
 def checkpoint_paths(path: str) -> tuple[Path, Path]:
     """(checkpoint folder, the run's config.yaml) of a checkpoint folder or a run dir (its latest checkpoint)."""
-    from drmas_train.checkpoint import latest_checkpoint
+    from drmas_train.run.checkpoint import latest_checkpoint
 
     folder = Path(path)
     if (folder / "config.yaml").is_file():
@@ -132,10 +132,10 @@ def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
 
 def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict[str, Any]:
     """The policy serving each agent: the run's models, with the checkpoint's weights when `folder` is set."""
-    from drmas_train.checkpoint import load_checkpoint
-    from drmas_train.models.assignment import agent_to_policy, build_policies, resolve_engine
-    from drmas_train.policy_ops import load_policy_weights, sync_engine
+    from drmas_train.engines.assignment import agent_to_policy, build_policies, resolve_engine
+    from drmas_train.learner.policy_ops import load_policy_weights, sync_engine
     from drmas_train.rollout.versions import WeightClock, version_engines
+    from drmas_train.run.checkpoint import load_checkpoint
 
     resolve_engine(cfg.models)
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
@@ -156,8 +156,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     The result's "metrics" are the `val/*` row the trainer logs to metrics.jsonl, for comparison.
     """
     import drmas_envs
-    from drmas_train import validation
-    from drmas_train.policy_ops import seed_everything
+    from drmas_train.learner.policy_ops import seed_everything
+    from drmas_train.run import validation
 
     cfg, folder = eval_config(args)
     if cfg.threads > 0:

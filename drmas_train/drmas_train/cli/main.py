@@ -100,7 +100,7 @@ def train_main(argv: list[str]) -> int:
         return 0
     from drmas_envs import EnvNotFoundError
     from drmas_train.placement.failures import WorkerDiedError
-    from drmas_train.trainer import Trainer
+    from drmas_train.run.trainer import Trainer
 
     try:
         trainer = Trainer(cfg, resume=args.resume)

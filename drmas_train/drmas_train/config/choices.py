@@ -13,7 +13,7 @@ import typing
 from typing import Any, Literal
 
 Estimator = Literal["drmas", "grpo", "pooled", "rloo"]
-"""Advantage estimators (`drmas_train.advantages.ESTIMATORS` maps each to its function)."""
+"""Advantage estimators (`drmas_train.algorithm.advantages.ESTIMATORS` maps each to its function)."""
 Assignment = Literal["shared", "per_agent", "heterogeneous", "lora"]
 """How agents map to models."""
 BackendName = Literal["auto", "transformers", "vllm"]

@@ -1,4 +1,4 @@
-"""`EvalConfig`: validation on held-out problems during training (`drmas_train.validation` runs it)."""
+"""`EvalConfig`: validation on held-out problems during training (`drmas_train.run.validation` runs it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass
 class EvalConfig:
-    """Validation during training (`drmas_train.validation`); `every: 0` and `before_train: false` turn it off."""
+    """Validation during training (`drmas_train.run.validation`); `every: 0` and `before_train: false` turn it off."""
 
     every: int = 10
     """Validate after every N training steps and after the last one; 0: never during training (verl: test_freq)."""

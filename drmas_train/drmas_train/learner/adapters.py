@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner.distributed import full_tensor
-from drmas_train.records import CallRecord
 
 
 def adapter_of(record: CallRecord) -> str | None:

@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import Forward, choices
 from drmas_train.learner.loss import make_batch
 from drmas_train.learner.prefix_tree import pack_prefix_tree, tree_length
-from drmas_train.records import CallRecord
 
 AUTO_MAX_TREE_SHARE = 0.75
 """"auto" packs a micro-batch when its tree has at most this share of the padded batch's tokens."""

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import PPOConfig
 from drmas_train.learner.adapters import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
 from drmas_train.learner.compiled import CompiledLayers
@@ -60,7 +61,6 @@ from drmas_train.learner.loss import behaviour_weights, kl_k3, ppo_token_losses
 from drmas_train.learner.metrics import UpdateMetrics
 from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
 from drmas_train.learner.precision import compute_in, keep_casts, resolve_compute_dtype
-from drmas_train.records import CallRecord
 
 log = logging.getLogger(__name__)
 

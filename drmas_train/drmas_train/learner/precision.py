@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
-from drmas_train.models.engine import native_bf16
+from drmas_train.engines.settings import native_bf16
 
 log = logging.getLogger(__name__)
 

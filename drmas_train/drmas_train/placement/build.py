@@ -69,7 +69,7 @@ def build_placed(
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     from transformers import AutoTokenizer
 
-    from drmas_train.backends import resolve_backend
+    from drmas_train.engines import resolve_backend
 
     if placement.mode == "none":
         raise ValueError("build_placed needs placement.mode shared or per_agent")

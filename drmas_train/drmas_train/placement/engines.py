@@ -44,7 +44,7 @@ class EngineActor:
     ):
         from transformers import AutoTokenizer
 
-        from drmas_train.models.assignment import make_backend
+        from drmas_train.engines.assignment import make_backend
 
         if threads > 0:
             import torch
@@ -102,7 +102,7 @@ def _load_module(models_cfg: ModelsConfig, path: str, adapters: Sequence[str], l
     import torch
     from transformers import AutoModelForCausalLM
 
-    from drmas_train.models.assignment import _add_lora, pick_device
+    from drmas_train.engines.assignment import _add_lora, pick_device
 
     dtype = getattr(torch, models_cfg.dtype)
     module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(pick_device(models_cfg.device))
@@ -169,7 +169,7 @@ def give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) -
     """Give transformers engines that share the trained module a copy of it (FSDP will shard the module)."""
     import copy
 
-    from drmas_train.backends.transformers_backend import TransformersBackend
+    from drmas_train.engines.transformers_backend import TransformersBackend
 
     engines: dict[int, TransformersBackend] = {}
     for policy in policies.values():

@@ -5,7 +5,7 @@ A worker's process can die under a run (the OOM killer, a segfault in a kernel, 
 proxies turn them into one `WorkerDiedError` naming the worker (its pool, rank and pid, the model and
 whether it was serving as engine or learner); the trainer adds the step and the last complete
 checkpoint, and `drmas-train` prints that one line and exits with status 3. `--resume` continues from
-that checkpoint: checkpoints are written atomically (`drmas_train.checkpoint`), so a save cut short
+that checkpoint: checkpoints are written atomically (`drmas_train.run.checkpoint`), so a save cut short
 by a dead worker leaves nothing that a resume would read.
 
 An engine actor on the rollout pool (`placement.rollout_pool`) is named by its own pool and rank; one

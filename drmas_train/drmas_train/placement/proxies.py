@@ -32,7 +32,7 @@ class RemoteBackend:
         self.labels = list(labels) or [f"worker {i}" for i in range(len(self.workers))]
 
     def generate(self, prompts, sampling, *, adapters=None, seed=None):
-        from drmas_train.backends.base import row_seeds
+        from drmas_train.engines.base import row_seeds
 
         prompts, sampling = list(prompts), list(sampling)
         adapters = None if adapters is None else list(adapters)

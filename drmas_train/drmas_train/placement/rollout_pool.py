@@ -89,7 +89,7 @@ def start_engines(
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from drmas_train.backends import resolve_backend
+    from drmas_train.engines import resolve_backend
     from drmas_train.placement.engines import EngineActor
 
     kind = resolve_backend(cfg.models.backend)

@@ -30,12 +30,12 @@ class PolicyWorker:
 
         import torch
 
-        from drmas_train.models.assignment import build_policies
-        from drmas_train.policy_ops import make_learner, seed_everything
+        from drmas_train.engines.assignment import build_policies
+        from drmas_train.learner.policy_ops import make_learner, seed_everything
 
         torch.set_num_threads(max(1, threads))
         if cfg.keep_freed_memory:  # the actor's process is the run's own
-            from drmas_train.allocator import keep_freed_memory
+            from drmas_train.learner.allocator import keep_freed_memory
 
             keep_freed_memory()
         self.cfg, self.rank = cfg, rank
@@ -73,7 +73,7 @@ class PolicyWorker:
     def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
         """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights."""
         from drmas_train.learner.distributed import join, shard_module
-        from drmas_train.policy_ops import make_learner
+        from drmas_train.learner.policy_ops import make_learner
 
         dp = join(self.rank, world_size, host, port, timeout_s=timeout_s, strategy=strategy)
         modules = {id(p.module): p.module for p in self.policies.values()}
@@ -107,7 +107,7 @@ class PolicyWorker:
         Under FSDP every rank gathers them first.
         """
         from drmas_train.learner.distributed import full_state_dict
-        from drmas_train.policy_ops import sync_engine
+        from drmas_train.learner.policy_ops import sync_engine
 
         policy = self.policies[name]
         pushes = self.generates or self.pool_engines
@@ -174,7 +174,7 @@ class PolicyWorker:
     def load_weights(self, name: str, tensors: dict[str, Any]) -> None:
         """Load checkpointed weights (every rank is given the same whole tensors), then sync the engine."""
         from drmas_train.learner.distributed import load_full_state_dict
-        from drmas_train.policy_ops import load_policy_weights
+        from drmas_train.learner.policy_ops import load_policy_weights
 
         policy = self.policies[name]
         if self.sharded:

@@ -88,7 +88,7 @@ def _gen_dtype(cfg: TrainConfig, gpu: bool, backend: str) -> str:
     """The engine's dtype as the run would resolve it: on a GPU `auto` means bf16 (assumed supported); on a
     CPU, bf16 where this machine has native bf16 (`models.engine.resolve_gen_dtype`).
     """
-    from drmas_train.models.engine import resolve_gen_dtype
+    from drmas_train.engines.settings import resolve_gen_dtype
 
     if gpu:
         g = cfg.models.gen_dtype

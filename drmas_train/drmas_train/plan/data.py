@@ -90,7 +90,7 @@ def load_env(env_id: str, kwargs: Mapping[str, Any], role: str) -> tuple[Any | N
 
 
 def eval_kwargs(env_kwargs: Mapping[str, Any], cfg: TrainConfig) -> dict[str, Any]:
-    """The held-out env options validation uses (`drmas_train.validation.held_out_kwargs`' rule)."""
+    """The held-out env options validation uses (`drmas_train.run.validation.held_out_kwargs`' rule)."""
     out = dict(env_kwargs)
     if cfg.eval.split is not None:
         out["split"] = cfg.eval.split

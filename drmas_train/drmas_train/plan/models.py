@@ -67,7 +67,7 @@ def _hub_folder(name: str, offline: bool) -> Path | None:
 
 def model_info(name: str, *, offline: bool) -> ModelInfo:
     """The architecture and tokenizer of model `name` (see the module docstring)."""
-    from drmas_train.models.resolve import TINY_NAMES, resolve_model
+    from drmas_train.engines.resolve import TINY_NAMES, resolve_model
 
     if name in TINY_NAMES:
         return _from_folder(name, resolve_model(name), "tiny test model, built in")

@@ -196,7 +196,7 @@ def learner_compute_dtype(cfg: TrainConfig, gpu: bool) -> str:
     if dtype_bytes(cfg.models.dtype) != 4 or requested == "float32":
         return cfg.models.dtype
     if requested == "auto":
-        from drmas_train.models.engine import native_bf16
+        from drmas_train.engines.settings import native_bf16
 
         return "bfloat16" if gpu or native_bf16("cpu")[0] else "float32"
     return requested

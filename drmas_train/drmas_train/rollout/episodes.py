@@ -23,9 +23,9 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from drmas_envs import EpisodeResult, run_lockstep
-from drmas_train.backends.base import SamplingParams
-from drmas_train.models.assignment import Policy
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
+from drmas_train.engines.assignment import Policy
+from drmas_train.engines.base import SamplingParams
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
 
 
 class WeightClock:

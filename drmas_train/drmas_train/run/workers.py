@@ -26,10 +26,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import TrainConfig
-from drmas_train.models.assignment import build_policies
-from drmas_train.policy_ops import load_policy_weights, make_learner, sync_engine
-from drmas_train.records import CallRecord
+from drmas_train.engines.assignment import build_policies
+from drmas_train.learner.policy_ops import load_policy_weights, make_learner, sync_engine
 from drmas_train.rollout.versions import WeightClock, version_engines
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmas_train.records import CallRecord
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.rollout import RolloutBatch
 
 

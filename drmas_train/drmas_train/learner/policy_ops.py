@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from drmas_train.config import TrainConfig
+from drmas_train.engines.assignment import Policy
 from drmas_train.learner import Learner
-from drmas_train.models.assignment import Policy
 
 
 def seed_everything(seed: int) -> None:

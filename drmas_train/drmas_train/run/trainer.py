@@ -19,7 +19,7 @@ Each step, in order:
    token-mean loss, one epoch, no KL, no entropy bonus, lr 1e-6, weight decay 0.01, clip 1.0.
 6. Sync: the engines take the new weights (`load_weights`; a no-op when the transformers engine
    shares the learner's module), and with them the step's weight version (`CallRecord.weight_version`).
-7. Validation (`eval`, `drmas_train.validation`): before step 1 and every `eval.every` steps (and
+7. Validation (`eval`, `drmas_train.run.validation`): before step 1 and every `eval.every` steps (and
    after the last), the current weights on held-out problems through the same engines: `val/avg@k`,
    `val/pass@k`, greedy `val/avg@1` and `val/answer_acc`, `val/valid/<agent>`, Verifier approval rates.
 8. Logs and checkpoint: a metrics row, a few trajectories, and (every `checkpoint_every` steps) an
@@ -29,7 +29,7 @@ With `rollout.max_staleness` k >= 1 step 2's rollout moves to a producer thread 
 next k steps while this step updates (`drmas_train.rollout.pipeline` states the choices); each step
 logs `rollout/staleness_mean` and `rollout/staleness_max`, the versions its samples lag behind.
 
-The loop reaches its models through one interface, `drmas_train.workers`: in this process
+The loop reaches its models through one interface, `drmas_train.run.workers`: in this process
 (`LocalWorkers`), or, with `placement.mode` shared or per_agent, in Ray workers (`PlacedWorkers`,
 `drmas_train.placement`), where each worker syncs its own engine after its update and checkpoints
 fetch weights and optimizer states from the workers. The step is the same code for both. A placed
@@ -51,20 +51,26 @@ import numpy as np
 import torch
 
 import drmas_envs
-from drmas_train import advantages as adv_mod
-from drmas_train.allocator import keep_freed_memory
-from drmas_train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint, set_rng_state
+from drmas_train.algorithm import advantages as adv_mod
+from drmas_train.algorithm.group_stats import GroupWarnings, group_stats
 from drmas_train.config import TrainConfig, save_config, steps_for_epochs
-from drmas_train.group_stats import GroupWarnings, group_stats
-from drmas_train.metrics import step_metrics
-from drmas_train.models.assignment import agent_to_policy, resolve_engine
+from drmas_train.engines.assignment import agent_to_policy, resolve_engine
+from drmas_train.learner.allocator import keep_freed_memory
+from drmas_train.learner.policy_ops import seed_everything
 from drmas_train.placement.failures import WorkerDiedError
-from drmas_train.policy_ops import seed_everything
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.rollout.pipeline import RolloutProducer
 from drmas_train.rollout.versions import drop_stale_groups, staleness_stats
-from drmas_train.runlog import RunLog, logged_episodes
-from drmas_train.validation import (
+from drmas_train.run.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    set_rng_state,
+)
+from drmas_train.run.metrics import step_metrics
+from drmas_train.run.runlog import RunLog, logged_episodes
+from drmas_train.run.validation import (
     agent_sampling,
     evaluate_team,
     held_out_kwargs,
@@ -73,7 +79,7 @@ from drmas_train.validation import (
     prompt_options,
     team_env_kwargs,
 )
-from drmas_train.workers import LocalWorkers, PlacedWorkers, Workers
+from drmas_train.run.workers import LocalWorkers, PlacedWorkers, Workers
 
 log = logging.getLogger(__name__)
 

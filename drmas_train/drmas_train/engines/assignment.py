@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from drmas_train.backends import resolve_backend
-from drmas_train.backends.base import Backend
 from drmas_train.config import ModelsConfig
-from drmas_train.models.engine import check_model_len, resolve_gen_dtype
-from drmas_train.models.resolve import resolve_model
+from drmas_train.engines import resolve_backend
+from drmas_train.engines.base import Backend
+from drmas_train.engines.resolve import resolve_model
+from drmas_train.engines.settings import check_model_len, resolve_gen_dtype
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,11 @@ def make_backend(
     kind = resolve_backend(kind)
     max_model_len = check_model_len(str(path), path, cfg.engine.max_model_len)
     if kind == "transformers":
-        from drmas_train.backends.transformers_backend import TransformersBackend
+        from drmas_train.engines.transformers_backend import TransformersBackend
 
         return TransformersBackend(module, tokenizer, max_batch_size=cfg.max_gen_batch)
     if kind == "vllm":
-        from drmas_train.backends.vllm_backend import LoraSlots, VLLMBackend
+        from drmas_train.engines.vllm_backend import LoraSlots, VLLMBackend
 
         if max_model_len is None:
             raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")

@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from drmas_train.config import DEFAULT_MODEL
-from drmas_train.extras import require
-from drmas_train.models.cache import cache_dir
+from drmas_train.config.cache import cache_dir
+from drmas_train.engines.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +97,10 @@ TINY_NAMES = ("tiny", "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-math", "ti
 def _tiny(name: str) -> Path:
     arch = next((a for a in ("qwen2", "qwen3") if name.endswith(a)), "llama")
     if name.startswith("tiny-math"):
-        from drmas_train.models.warm import build_tiny_math_model
+        from drmas_train.testing.warm import build_tiny_math_model
 
         return build_tiny_math_model(arch=arch, steps=70)
-    from drmas_train.models.tiny import build_tiny_model
+    from drmas_train.testing.tiny import build_tiny_model
 
     # The qwen2 one also gets a different vocabulary, so heterogeneous teams really mix tokenizers.
     if arch == "qwen3":  # grouped-query attention and a template that reads enable_thinking, as Qwen3's

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
-from drmas_train.backends.nucleus import filter_top_p
+from drmas_train.engines.base import Generation, SamplingParams, Seeds, row_seeds
+from drmas_train.engines.nucleus import filter_top_p
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
 

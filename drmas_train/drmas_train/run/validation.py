@@ -31,12 +31,12 @@ import numpy as np
 import drmas_envs
 from drmas_envs import EpisodeResult
 from drmas_envs.evaluate import summarise, tally
-from drmas_train.backends.base import SamplingParams
+from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import EvalConfig, TrainConfig
-from drmas_train.metrics import verdict_metrics
-from drmas_train.models.assignment import Policy
-from drmas_train.records import CallRecord
+from drmas_train.engines.assignment import Policy
+from drmas_train.engines.base import SamplingParams
 from drmas_train.rollout import rollout
+from drmas_train.run.metrics import verdict_metrics
 
 
 def held_out_kwargs(env_kwargs: Mapping[str, Any], cfg: EvalConfig) -> dict[str, Any]:

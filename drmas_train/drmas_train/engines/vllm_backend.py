@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_train.backends.base import Generation, SamplingParams, Seeds, row_seeds
-from drmas_train.backends.nucleus import filter_top_p
 from drmas_train.config import EngineConfig
+from drmas_train.engines.base import Generation, SamplingParams, Seeds, row_seeds
+from drmas_train.engines.nucleus import filter_top_p
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 import drmas_envs
-from drmas_train.models.tiny import build_tiny_model
+from drmas_train.testing.tiny import build_tiny_model
 
 
 def math_chats(n: int, seed: int = 0) -> list[list[dict[str, str]]]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.advantages import ESTIMATORS, as_column, episode_scores
+from drmas_train.algorithm.advantages import ESTIMATORS, as_column, episode_scores
 
 __all__ = ["GroupWarnings", "group_stats", "sample_keys"]
 

@@ -1,4 +1,6 @@
-"""Policy engines behind one seam (`base.Backend`): transformers (in-process) and vLLM."""
+"""Generation engines and the models behind them: the engine seam (`base.Backend`), transformers (in-process)
+and vLLM backends, resolving model names to local folders, and which agent uses which model (`assignment`).
+"""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from drmas_train.models.cache import cache_dir
+from drmas_train.config.cache import cache_dir
 
 ARCHS = ("llama", "qwen2", "qwen3")
 BUILD_VERSION = 2
