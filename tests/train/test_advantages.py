@@ -158,3 +158,23 @@ def test_advantage_stats_second_moments_by_hand():
         "a": {"n": 2.0, "mean": 0.0, "std": 1.0, "sq_mean": 1.0},
         "b": {"n": 1.0, "mean": 3.0, "std": 0.0, "sq_mean": 9.0},
     }
+
+
+def test_a_new_estimator_is_one_registry_row_that_the_diagnostics_follow(monkeypatch):
+    from drmas_train.algorithm.advantages import EstimatorSpec, calls_by, normalize_groups
+    from drmas_train.algorithm.group_stats import GroupWarnings, group_stats
+
+    def by_agent(r, g, a, e):  # one baseline per agent across the whole step
+        keys, values, sample_of_call = calls_by(agent=True)(r, g, a, e)
+        return [k[1:] for k in keys], values, sample_of_call
+
+    row = EstimatorSpec(by_agent, lambda v, k, std: normalize_groups(v, k, norm_by_std=std), "agent over calls", "x")
+    monkeypatch.setitem(ESTIMATORS, "per_agent", row)
+    ids = {"group_ids": [0, 1, 0, 1], "agent_ids": ["s", "s", "v", "v"], "episode_ids": [0, 1, 0, 1]}
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    got = compute_advantages(rewards, **ids, estimator="per_agent")
+    assert got == pytest.approx([0.7071, -0.7071, 0.0, 0.0], abs=1e-4)  # groups pooled, agents apart
+    stats = group_stats(rewards, **ids, estimator="per_agent")
+    assert stats["groups/s/size_max"] == 2.0 and stats["groups/v/zero_var_share"] == 1.0
+    warned = GroupWarnings(0.5, estimator="per_agent", group_size=2).check({"step": 1, **stats}, ["v"])
+    assert "(agent over calls)" in warned[0]

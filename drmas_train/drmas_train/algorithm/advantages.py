@@ -196,45 +196,81 @@ def compute_advantages(
     return _like(adv, rewards)
 
 
-def _per_call(by_agent: bool) -> Callable[..., np.ndarray]:
-    """Every call a sample, keyed by prompt group (and agent)."""
-
-    def fn(r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray, norm_by_std: bool) -> np.ndarray:
-        return normalize_groups(r, _keys(g, a) if by_agent else _keys(g), norm_by_std=norm_by_std)
-
-    return fn
+SampleRule = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[list[Hashable], np.ndarray, np.ndarray]]
+"""(rewards, group ids, agent ids, episode ids) -> (one key per sample, one value per sample, the sample of
+each call): what an estimator normalises and which samples share a baseline."""
 
 
-def _per_episode(leave_out: bool) -> Callable[..., np.ndarray]:
-    """One score per episode (its calls' mean reward), normalised in its group or leave-one-out."""
+def calls_by(*, agent: bool) -> SampleRule:
+    """Every call a sample, its reward the value, keyed by prompt group (and agent)."""
 
-    def fn(r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray, norm_by_std: bool) -> np.ndarray:
-        scores, ep_groups, call_to_ep = episode_scores(r, g, e)
-        if leave_out:
-            return leave_one_out(scores, ep_groups)[call_to_ep]
-        return normalize_groups(scores, ep_groups, norm_by_std=norm_by_std)[call_to_ep]
+    def rule(
+        r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray
+    ) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
+        return _keys(g, a) if agent else _keys(g), r, np.arange(len(r))
 
-    return fn
+    return rule
+
+
+def episodes_by_group(
+    r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray
+) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
+    """Every episode a sample, its calls' mean reward the value, keyed by prompt group."""
+    scores, ep_groups, call_to_ep = episode_scores(r, g, e)
+    return ep_groups, scores, call_to_ep
+
+
+def _leave_one_out(values: np.ndarray, keys: Sequence[Hashable], norm_by_std: bool) -> np.ndarray:
+    return leave_one_out(values, keys)  # never divided by a std (module docstring)
 
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """One advantage estimator: its function and the help line the CLI shows."""
+    """One advantage estimator, one row of `ESTIMATORS`: what it normalises, how, and how it is named.
 
-    fn: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], np.ndarray]
-    """(rewards, group ids, agent ids, episode ids, norm_by_std) -> one advantage per call."""
+    The diagnostics (`group_stats`) read `samples` and `key` from the row, so the key rule is written once.
+    """
+
+    samples: SampleRule
+    """Which samples the estimator normalises and the key each one shares a baseline under."""
+    normalise: Callable[[np.ndarray, Sequence[Hashable], bool], np.ndarray]
+    """(sample values, their keys, norm_by_std) -> one advantage per sample."""
+    key: str
+    """What one baseline key holds, as the diagnostics name it in their warnings."""
     help: str
-    """One line: what the key is and what the estimator is for."""
+    """One line: what the key is and what the estimator is for (the CLI's help)."""
+
+    def fn(self, r: np.ndarray, g: np.ndarray, a: np.ndarray, e: np.ndarray, norm_by_std: bool) -> np.ndarray:
+        """One advantage per call: each call gets its sample's advantage."""
+        keys, values, sample_of_call = self.samples(r, g, a, e)
+        return self.normalise(values, keys, norm_by_std)[sample_of_call]
+
+
+def _normalise(values: np.ndarray, keys: Sequence[Hashable], norm_by_std: bool) -> np.ndarray:
+    return normalize_groups(values, keys, norm_by_std=norm_by_std)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "drmas": EstimatorSpec(_per_call(by_agent=True), "per (prompt group, agent), every call a sample: the paper"),
-    "grpo": EstimatorSpec(_per_episode(leave_out=False), "per prompt group over episode scores: the baseline"),
-    "pooled": EstimatorSpec(_per_call(by_agent=False), "per prompt group, every call a sample: the ablation"),
-    "rloo": EstimatorSpec(_per_episode(leave_out=True), "episode score minus the group's other episodes' mean"),
-}
-"""The estimators by name, the table the CLI, the config check and the docs read; its keys are exactly
-the values of `drmas_train.config.Estimator` (checked at import)."""
+    "drmas": EstimatorSpec(
+        calls_by(agent=True), _normalise, "(prompt group, agent) over calls",
+        "per (prompt group, agent), every call a sample: the paper",
+    ),
+    "grpo": EstimatorSpec(
+        episodes_by_group, _normalise, "prompt group over episodes",
+        "per prompt group over episode scores: the baseline",
+    ),
+    "pooled": EstimatorSpec(
+        calls_by(agent=False), _normalise, "prompt group over calls",
+        "per prompt group, every call a sample: the ablation",
+    ),
+    "rloo": EstimatorSpec(
+        episodes_by_group, _leave_one_out, "prompt group over episodes",
+        "episode score minus the group's other episodes' mean",
+    ),
+}  # fmt: skip
+"""The estimators by name, one row each: the table `compute_advantages`, the diagnostics, the CLI, the
+config check and the docs read. Its keys are exactly the values of `drmas_train.config.Estimator`
+(checked at import): a new estimator is a row here, its name in that Literal, its functions and a test."""
 
 if tuple(ESTIMATORS) != choices(Estimator):
     raise ImportError(f"advantages.ESTIMATORS {tuple(ESTIMATORS)} != config.Estimator {choices(Estimator)}")

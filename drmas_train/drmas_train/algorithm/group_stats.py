@@ -27,39 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.algorithm.advantages import ESTIMATORS, as_column, episode_scores
+from drmas_train.algorithm.advantages import ESTIMATORS, as_column
 
-__all__ = ["GroupWarnings", "group_stats", "sample_keys"]
-
-KEY_NAMES = {
-    "drmas": "(prompt group, agent) over calls",
-    "pooled": "prompt group over calls",
-    "grpo": "prompt group over episodes",
-    "rloo": "prompt group over episodes",
-}
-"""What one baseline key holds under each estimator (for the warnings)."""
-
-
-def sample_keys(
-    rewards: np.ndarray,
-    group_ids: np.ndarray,
-    agent_ids: np.ndarray,
-    episode_ids: np.ndarray,
-    estimator: str,
-) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
-    """The samples the estimator normalises, their keys, and the sample each call belongs to.
-
-    Returns:
-        (one key per sample, one value per sample, the sample index of each call). Under drmas and
-        pooled a sample is a call; under grpo and rloo it is an episode (its mean call reward).
-
-    """
-    if estimator in ("drmas", "pooled"):
-        cols = (group_ids, agent_ids) if estimator == "drmas" else (group_ids,)
-        keys: list[Hashable] = list(zip(*(c.tolist() for c in cols)))
-        return keys, rewards, np.arange(len(rewards))
-    scores, ep_groups, call_to_ep = episode_scores(rewards, group_ids, episode_ids)
-    return list(ep_groups), scores, call_to_ep
+__all__ = ["GroupWarnings", "group_stats"]
 
 
 def _key_table(keys: Sequence[Hashable], values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,7 +84,7 @@ def group_stats(
         raise ValueError(
             f"lengths differ: rewards {len(r)}, group_ids {len(g)}, agent_ids {len(a)}, episode_ids {len(e)}"
         )
-    keys, values, sample_of_call = sample_keys(r, g, a, e, estimator)
+    keys, values, sample_of_call = ESTIMATORS[estimator].samples(r, g, a, e)
     key_of_sample, sizes, flat = _key_table(keys, values)
     key_of_call = key_of_sample[sample_of_call]
     out: dict[str, float] = {}
@@ -165,7 +135,7 @@ class GroupWarnings:
                 cause = self._singleton_cause(agent, row) if kind == "singleton_share" else self._flat_cause(agent, row)
                 out.append(
                     f"step {row.get('step')}: {share:.0%} of {agent}'s calls are in baseline keys "
-                    f"({KEY_NAMES[self.estimator]}) "
+                    f"({ESTIMATORS[self.estimator].key}) "
                     + ("of one sample" if kind == "singleton_share" else "whose rewards are all equal")
                     + f", so their advantage is 0 and they teach {agent} nothing. Likely cause: {cause} "
                     f"(groups/{agent}/{kind} in metrics.jsonl; algo.group_warn_share sets this threshold)"
