@@ -193,3 +193,25 @@ def test_the_record_keeps_key_order_and_names_only_real_fields():
     assert differences({"v": 1}, {"v": 1.0}) == {"v": 1.0}  # 1 and 1.0 print differently
     with pytest.raises(KeyError, match="no field"):
         apply(default, {"s.typo": 1})
+
+
+def _stage_graph() -> dict[str, set[str]]:
+    """Stage -> the other stages (besides config) its modules import, from the code."""
+    out: dict[str, set[str]] = {stage: set() for stage in STAGES}
+    for module, targets in graph().items():
+        here = _stage(module)
+        for target in targets:
+            there = _stage(target)
+            if here and there and there not in (here, "config"):
+                out[here].add(there)
+    return out
+
+
+def test_the_architecture_doc_draws_the_stage_graph_of_the_code():
+    doc = (PACKAGES["drmas_train"].parents[1] / "docs" / "architecture.md").read_text()
+    drawn: dict[str, set[str]] = {stage: set() for stage in STAGES}
+    for line in doc.splitlines():
+        stage, _, targets = line.partition("->")
+        if line.startswith("    ") and stage.strip() in STAGES:
+            drawn[stage.strip()] = {t.strip() for t in targets.split("(")[0].split(",")}
+    assert drawn == _stage_graph()
