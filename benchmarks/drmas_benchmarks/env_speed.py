@@ -1,6 +1,6 @@
 """Env speed: steps/s of the math envs without grading, and grades/s of the grader on one core.
 
-    .venv/bin/python benchmarks/env_speed.py [--data ../shared/data] [--out benchmarks/results/env_speed.md]
+    .venv/bin/python -m drmas_benchmarks.env_speed [--data ../shared/data] [--out benchmarks/results/env_speed.md]
 
 The process (and so the grading worker it starts) is pinned to one core with sched_setaffinity.
 """
@@ -19,7 +19,7 @@ from drmas_envs import run_lockstep
 from drmas_envs.math.datasets import load_jsonl_tasks
 from drmas_envs.math.grading import Grader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = "Let me think step by step. " * 20 + "So the answer is \\boxed{5}."
 REVIEW = "Checking each step. " * 10
 
@@ -78,7 +78,7 @@ def single_env_steps_per_s(env_id: str, episodes: int) -> float:
 def grades_per_s(pairs: list[tuple[str, str]], force_worker: bool = False) -> tuple[float, dict]:
     """Grades/s with a fresh grader (a cold parse cache in its worker), and its path counts."""
     grader = Grader()
-    grade = grader._ask_worker if force_worker else grader.grade
+    grade = grader.ask_worker if force_worker else grader.grade
     grade("\\sqrt{4}", "2")  # start the worker outside the timing
     t0 = time.perf_counter()
     for a, r in pairs:
@@ -122,7 +122,7 @@ def main() -> None:
     lines = [
         "# Env speed",
         "",
-        f"`.venv/bin/python benchmarks/env_speed.py` on {platform.processor() or platform.machine()}, "
+        f"`.venv/bin/python -m drmas_benchmarks.env_speed` on {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores visible, pinned to one core; Python {platform.python_version()}; "
         f"load average at the end {os.getloadavg()[0]:.1f} (the machine is shared, so figures vary run to run).",
         "Env steps use a constant grader (no grading) and scripted ~550-character outputs; a step is one agent call.",

@@ -1,7 +1,7 @@
 """GPU check: one preset-shaped step of a Qwen3-4B-shaped model on one GPU, against its floor.
 
     bash scripts/gpu_check.sh                      # on a GPU machine (docs/gpus.md, "The GPU check": measured figures)
-    .venv/bin/python benchmarks/gpu_check.py --cpu-smoke   # the same code on CPU with a tiny model (CI)
+    .venv/bin/python -m drmas_benchmarks.gpu_check --cpu-smoke   # the same code on CPU with a tiny model (CI)
 
 No weights are downloaded: the model is Qwen3-4B's published shape (36 layers, hidden 2,560, 32 query
 and 8 KV heads of 128, MLP 9,728, vocabulary 151,936, tied embeddings) with random weights made on the
@@ -32,7 +32,7 @@ from typing import Any
 
 from drmas_train.plan.arch import KNOWN_ARCHS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The math preset's model, from the shape table `drmas-train plan` uses (its config.json numbers), plus the
 # two settings that do not change the shape.

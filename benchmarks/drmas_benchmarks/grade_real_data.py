@@ -6,7 +6,7 @@
 
 Writes a markdown table and every miss to benchmarks/results/grade_real_data.md.
 
-    .venv/bin/python benchmarks/grade_real_data.py [--data ../shared/data] [--limit N] [--timeout 5]
+    .venv/bin/python -m drmas_benchmarks.grade_real_data [--data ../shared/data] [--limit N] [--timeout 5]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from drmas_envs.math.answers import extract_answer
 from drmas_envs.math.datasets import load_jsonl_tasks
 from drmas_envs.math.grading import Grader, normalise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sweep_file(path: Path, grader: Grader, limit: int | None) -> tuple[dict, list[str]]:
@@ -36,7 +36,7 @@ def sweep_file(path: Path, grader: Grader, limit: int | None) -> tuple[dict, lis
         else:
             misses.append(f"{path.name} {tasks[i]['id']}: `\\boxed{{{ref}}}` graded WRONG (extracted {answer!r})")
         # the same check with the fast path bypassed: does math-verify alone accept the reference?
-        if answer is not None and grader._ask_worker(answer, ref):
+        if answer is not None and grader.ask_worker(answer, ref):
             mv_right += 1
         else:
             misses.append(f"{path.name} {tasks[i]['id']}: math-verify alone graded `{ref}` WRONG against itself")
@@ -67,7 +67,7 @@ def main() -> None:
         rows.append(row)
         misses.extend(m)
         print(row, flush=True)
-    command = "benchmarks/grade_real_data.py" + (f" --limit {args.limit}" if args.limit else "")
+    command = "python -m drmas_benchmarks.grade_real_data" + (f" --limit {args.limit}" if args.limit else "")
     lines = [
         f"Grader sweep (`{command}`, timeout {args.timeout} s, grader stats {grader.stats})",
         "",

@@ -1,13 +1,13 @@
 """The learner's mixed precision (`learner.compute_dtype`) against fp32 on one real batch of the default run.
 
-    .venv/bin/python benchmarks/learner_precision.py --records runs/bench/records.json [--repeats 4]
-    .venv/bin/python benchmarks/learner_precision.py --settings float32,bfloat16,bfloat16+compile \
+    .venv/bin/python -m drmas_benchmarks.learner_precision --records runs/bench/records.json [--repeats 4]
+    .venv/bin/python -m drmas_benchmarks.learner_precision --settings float32,bfloat16,bfloat16+compile \
         --out benchmarks/results/learner_compile.json
-    .venv/bin/python benchmarks/learner_precision.py --keep-freed-memory \
+    .venv/bin/python -m drmas_benchmarks.learner_precision --keep-freed-memory \
         --settings float32,bfloat16,bfloat16+head,bfloat16+head+mb12 --out benchmarks/results/learner_head.json
 
 The records are one real rollout of the `cpu` preset (math-2agent, SmolLM2-135M-Instruct, 8 prompts x 4,
-its sampling and lengths), collected with `benchmarks/learner_sharing.py --collect` when the file does
+its sampling and lengths), collected with `benchmarks/drmas_benchmarks/learner_sharing.py --collect` when the file does
 not exist. Advantages are drawn from a standard normal (seed 0): their signs and sizes matter, not
 their values. In one process, with the preset's learner settings (its micro-batch, forward auto, the
 preset's lr) and torch's default threads:
@@ -35,12 +35,9 @@ import json
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _records(path: Path):
@@ -157,10 +154,10 @@ def main() -> None:
     # compile into an empty cache, as a fresh machine would (the first pass's time includes it)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="drmas-inductor-"))
     if not args.records.exists():
-        from learner_sharing import collect
+        from drmas_benchmarks.learner_sharing import collect
 
         collect(args.records, 8, 4, "vllm")
-    from machine import cpu_line
+    from drmas_benchmarks.machine import cpu_line
 
     load_before = os.getloadavg()
     result = measure(args.records, args.repeats, args.settings.split(","))

@@ -1,7 +1,7 @@
 """The learner's gain from shared prefixes: one saved batch of records replayed through the update.
 
-    .venv/bin/python benchmarks/learner_sharing.py --collect runs/bench/records.json [--prompts 8 --group 4]
-    .venv/bin/python benchmarks/learner_sharing.py --replay runs/bench/records.json [--repeats 3] [--micro 8]
+    .venv/bin/python -m drmas_benchmarks.learner_sharing --collect runs/bench/records.json [--prompts 8 --group 4]
+    .venv/bin/python -m drmas_benchmarks.learner_sharing --replay runs/bench/records.json [--repeats 3] [--micro 8]
 
 `--collect` runs one real rollout of the default team (math-2agent, or `--env search-3agent`;
 SmolLM2-135M-Instruct, fp32, the `cpu` preset's sampling and lengths, the vLLM backend by default)

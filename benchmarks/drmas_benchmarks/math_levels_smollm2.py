@@ -5,7 +5,7 @@ math-1agent or math-2agent through `drmas_envs.evaluate`, with the offline GGUF 
 output has a box at all, and how often the last number in the output is the right answer (whether the
 model can do the arithmetic, boxed or not). Needs torch/transformers (the drmas-train environment).
 
-    .venv/bin/python benchmarks/math_levels_smollm2.py [--env math-2agent] [--n 48] [--levels 1 2] \
+    .venv/bin/python -m drmas_benchmarks.math_levels_smollm2 [--env math-2agent] [--n 48] [--levels 1 2] \
         [--temperature 0 1] [--k 1 4]
 """
 

@@ -1,6 +1,6 @@
 """Load cost of the paper's data layer: a Search-R1-sized Parquet training set, and make() on a mix.
 
-    .venv/bin/python benchmarks/paper_data_load.py [--rows 170000] \\
+    .venv/bin/python -m drmas_benchmarks.paper_data_load [--rows 170000] \\
         [--out benchmarks/results/paper_data_load.md]
 
 Builds synthetic files in the hub's layout in a temporary folder (Search-R1 columns for
@@ -18,11 +18,9 @@ import time
 from pathlib import Path
 
 import drmas_envs
+from drmas_benchmarks.machine import cpu_line
 from drmas_envs.search.data import load_questions
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "envs"))
-from machine import cpu_line  # noqa: E402
-from paper_fixtures import search_rows, write_math_hub_layout, write_rows  # noqa: E402
+from drmas_envs.testing import search_rows, write_math_hub_layout, write_rows
 
 
 def timed(fn, repeats: int = 1) -> float:
@@ -60,7 +58,8 @@ def main() -> None:
     lines = [
         "# Paper data load cost",
         "",
-        f"`benchmarks/paper_data_load.py --rows {args.rows}` on {cpu_line()}; Python {sys.version.split()[0]}; "
+        f"`python -m drmas_benchmarks.paper_data_load --rows {args.rows}` on {cpu_line()}; "
+        f"Python {sys.version.split()[0]}; "
         f"load average at the end {load:.1f} (the machine is shared with other engineers, so figures vary run to run).",
         "Synthetic rows in the hub's layout (Search-R1 columns); the real files' sizes differ.",
         "",

@@ -1,6 +1,6 @@
 """`drmas-train plan`'s memory model against measured peak RSS of a real learner update on CPU.
 
-    .venv/bin/python benchmarks/plan_memory.py [--out benchmarks/results/plan_memory.md] [--only smollm2]
+    .venv/bin/python -m drmas_benchmarks.plan_memory [--out benchmarks/results/plan_memory.md] [--only smollm2]
 
 Each case runs in a fresh process: the resident set is read after the imports (the baseline), the
 model is built (SmolLM2-135M-Instruct's real weights from the offline copy, or a Qwen2.5-0.5B-shaped
@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_line  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
 
 CASES = {
     "smollm2": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", prompt=192, response=192, micro=4, ckpt=False),
@@ -125,7 +124,7 @@ SMALL_QWEN2 = dict(
     tie_word_embeddings=True,
     max_position_embeddings=4096,
 )
-"""A 28 M-parameter random Qwen2 for a check that runs in a test (`tests/train/test_plan_memory.py`)."""
+"""A 28 M-parameter random Qwen2 for a check that runs in a test (`benchmarks/tests/test_plan_memory.py`)."""
 
 
 def measure(case: dict, threads: int) -> dict[str, float]:
@@ -215,7 +214,7 @@ def main() -> int:
         )
         print(f"{name}: predicted {gib(predicted['total'])} GiB, measured {gib(peak)} GiB", file=sys.stderr)
     load_after = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    command = "python benchmarks/plan_memory.py " + " ".join(sys.argv[1:])
+    command = "python -m drmas_benchmarks.plan_memory " + " ".join(sys.argv[1:])
     text = report(rows, command.strip(), cpu_line(), (load_before, load_after))
     out = Path(args.out)
     out.write_text(text)

@@ -1,6 +1,6 @@
 """Plot one run's curves (rewards, accuracy, validity, grad norm, baseline keys, validation) from its metrics.jsonl.
 
-.venv/bin/python benchmarks/plot_run.py runs/cpu --out benchmarks/results/cpu_default/curves.png
+.venv/bin/python -m drmas_benchmarks.plot_run runs/cpu --out benchmarks/results/cpu_default/curves.png
 """
 
 from __future__ import annotations

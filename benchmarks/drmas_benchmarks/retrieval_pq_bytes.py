@@ -6,7 +6,7 @@ for e5's 768) and reports its recall@3 against exact search by nprobe. This buil
 how close the exact 3rd and 4th scores are (the closer, the easier a compressed score swaps them) and
 the share of the exact top 3 that are real passages rather than filler.
 
-    python benchmarks/retrieval_pq_bytes.py --m 192   # after retrieval_scale.py --n 1000000
+    python -m drmas_benchmarks.retrieval_pq_bytes --m 192   # after retrieval_scale.py --n 1000000
 """
 
 from __future__ import annotations
@@ -14,32 +14,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from machine import cpu_line  # noqa: E402
-from retrieval_scale_report import N_REAL  # noqa: E402
-from service_load import questions  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
+from drmas_benchmarks.retrieval_scale_report import N_REAL
+from drmas_benchmarks.service_load import questions
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def main() -> None:
     from drmas_envs.search.retrievers.ann import IVFPQConfig, build_ivfpq, set_nprobe
-    from drmas_envs.search.retrievers.dense import _load_model, encode_queries, resolve_encoder
+    from drmas_envs.search.retrievers.dense import encode_queries, load_model, resolve_encoder
     from drmas_envs.search.retrievers.vectors import exact_top_k, load_vectors, recall_at_k
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vectors", type=Path, default=Path("/tmp/drmas-retrieval-scale/vectors-1000000.npy"))
     ap.add_argument("--m", type=int, nargs="+", default=[192])
     ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "retrieval_pq_bytes.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "retrieval_pq_bytes.json")
     args = ap.parse_args()
     spec = resolve_encoder("minilm")
-    q = encode_queries(_load_model(spec.model), spec, questions(args.queries))
+    q = encode_queries(load_model(spec.model), spec, questions(args.queries))
     vecs = load_vectors(args.vectors)
     scores, exact = exact_top_k(q, vecs, 4)
     out: dict = {

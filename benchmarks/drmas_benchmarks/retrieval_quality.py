@@ -7,7 +7,7 @@ A gold paragraph counts as found when a passage with its title is in the top k (
 per paragraph in HotpotQA). recall@k = mean over questions of (gold titles found / gold titles);
 all@k = share of questions with every gold title found.
 
-    .venv/bin/python benchmarks/retrieval_quality.py [--retrievers bm25,dense] [--n 1525]
+    .venv/bin/python -m drmas_benchmarks.retrieval_quality [--retrievers bm25,dense] [--n 1525]
 
 Indexes are built once into the cache ($DRMAS_CACHE_DIR or ~/.cache/drmas); building the dense one
 encodes every passage (minutes on 2 cores). Writes benchmarks/results/retrieval_quality.md.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from drmas_envs.search.retrievers import get_retriever, iter_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or ROOT.parent / "shared" / "data")
 OUT = ROOT / "benchmarks" / "results" / "retrieval_quality.md"
 
@@ -96,7 +96,7 @@ def main() -> None:
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs "
         f"(1-min load average at the end: {os.getloadavg()[0]:.1f}).",
         "",
-        "Reproduce: `.venv/bin/python benchmarks/retrieval_quality.py`",
+        "Reproduce: `.venv/bin/python -m drmas_benchmarks.retrieval_quality`",
     ]
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")

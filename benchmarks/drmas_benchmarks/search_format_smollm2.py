@@ -6,28 +6,24 @@ examples. Reports, per agent, the share of well-formed calls (the env's own form
 sampling temperature of training, and avg@k. A well-formed share near 0 for every agent means every
 call gets the same reward, so group-normalised advantages are all 0 and training has no signal.
 
-    .venv/bin/python benchmarks/search_format_smollm2.py [--env search-3agent] [--n 16] [--k 2] \
+    .venv/bin/python -m drmas_benchmarks.search_format_smollm2 [--env search-3agent] [--n 16] [--k 2] \
         [--temperature 1.0] [--max-new-tokens 64]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import drmas_envs
+from drmas_benchmarks.math_levels_smollm2 import make_policy
 from drmas_envs.search.prompts import ONE_AGENT, THREE_AGENT, TWO_AGENT
 from drmas_envs.workflow import PromptTemplate
 from drmas_train.engines.resolve import resolve_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from math_levels_smollm2 import make_policy  # noqa: E402
 
 PROMPTS = {"search-3agent": THREE_AGENT, "search-2agent": TWO_AGENT, "search-1agent": ONE_AGENT}
 

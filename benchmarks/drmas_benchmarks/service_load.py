@@ -13,7 +13,7 @@ The servers run interleaved (stdlib, asgi, stdlib, asgi, ...) `--rounds` times e
 background load hits both alike; `uptime` is recorded before each run. Summary: the median over runs
 of each server's p99. The default switches only if asgi is clearly better (see RULE).
 
-    .venv/bin/python benchmarks/service_load.py [--clients 200] [--requests 20] [--rounds 3]
+    .venv/bin/python -m drmas_benchmarks.service_load [--clients 200] [--requests 20] [--rounds 3]
 
 Writes benchmarks/results/service_load.md.
 """
@@ -37,10 +37,9 @@ from pathlib import Path
 import numpy as np
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_line  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("DRMAS_DATA_DIR") or ROOT.parent / "shared" / "data")
 OUT = ROOT / "benchmarks" / "results" / "service_load.md"
 PROCESSES = 4
@@ -233,7 +232,7 @@ def main() -> None:
                 rows.append({"round": rnd, **run(index, server, args)})
                 print(json.dumps(rows[-1]), flush=True)
     sum_lines, med = summary(rows, servers)
-    cmd = " ".join(["python", "benchmarks/service_load.py", *sys.argv[1:]])
+    cmd = " ".join(["python", "-m", "drmas_benchmarks.service_load", *sys.argv[1:]])
     title = "# Retrieval service under load (loopback): stdlib vs ASGI front end"
     if args.append:
         title = f"\n## The same, servers in the order {', '.join(servers)} each round"

@@ -1,7 +1,7 @@
 """Step efficiency, side by side: drmas-train's step against the plain floor and TRL's GRPOTrainer.
 
-    .venv/bin/python benchmarks/step_efficiency.py      # every row: about 75 min on 2 quiet cores (estimated)
-    .venv/bin/python benchmarks/step_efficiency.py --rows drmas-transformers,floor --steps 3
+    .venv/bin/python -m drmas_benchmarks.step_efficiency      # every row: about 75 min on 2 quiet cores (estimated)
+    .venv/bin/python -m drmas_benchmarks.step_efficiency --rows drmas-transformers,floor --steps 3
 
 Setting (the issue's): math-1agent, SmolLM2-135M-Instruct fp32 (resolved offline), 8 prompts x 4
 episodes, 96 new tokens, temperature 1, `threads=2`; everything else from the `cpu` preset (AdamW lr,
@@ -13,7 +13,7 @@ micro-batch 8). Rows, each in a process of its own (`step_efficiency_rows.py`, `
   reason when absent), gradient checkpointing off and on;
 - validate-transformers, validate-vllm, checkpoint: `Trainer.validate` (the `cpu` preset's 128 held-out
   problems) and `Trainer.save` after one warm-up step;
-- learner-replay: `benchmarks/learner_sharing.py --collect/--replay` (the learner alone, with and
+- learner-replay: `benchmarks/drmas_benchmarks/learner_sharing.py --collect/--replay` (the learner alone, with and
   without shared prefixes), its output quoted.
 Every row's prompts are the same tasks in the same order (drmas-train's task order for the seed).
 Writes `--out` (markdown) and the raw figures beside it (`.json`); logs and specs go to `--work-dir`.
@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from machine import cpu_model  # noqa: E402
-from step_efficiency_report import render  # noqa: E402
+from drmas_benchmarks.machine import cpu_model
+from drmas_benchmarks.step_efficiency_report import render
+
+HERE = Path(__file__).resolve().parent  # the package folder: the TRL row runs its file in the TRL venv
+ROOT = HERE.parents[1]
 
 ROWS = (
     "drmas-transformers",
@@ -121,9 +121,9 @@ def row_command(row: str, args: argparse.Namespace, spec_path: Path, result: Pat
         records = str(args.work_dir / "records.json")
         backend = "vllm" if importlib.util.find_spec("vllm") else "transformers"
         replay = ["--collect", records, "--replay", records, "--backend", backend]
-        return [sys.executable, str(HERE / "learner_sharing.py"), *replay]
+        return [sys.executable, "-m", "drmas_benchmarks.learner_sharing", *replay]
     kind = {"drmas": "drmas", "validate": "validate", "checkpoint": "checkpoint", "floor": "floor"}[row.split("-")[0]]
-    return [sys.executable, str(HERE / "step_efficiency_rows.py"), "--row", kind, *io]
+    return [sys.executable, "-m", "drmas_benchmarks.step_efficiency_rows", "--row", kind, *io]
 
 
 def run_row(row: str, args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
     p.add_argument("--steps", type=int, default=3, help="timed steps per row (the median is reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "step_efficiency.md")
+    p.add_argument("--out", type=Path, default=HERE.parent / "results" / "step_efficiency.md")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "step_efficiency", help="specs and logs")
     p.add_argument("--model", default=MODEL, help="any name models.name takes (tests: tiny)")
     p.add_argument("--prompts", type=int, default=8)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     spec.update(eval_problems=args.eval_problems, eval_k=args.eval_k, eval_repeats=args.eval_repeats)
     spec["ckpt_repeats"] = args.ckpt_repeats
     meta = {
-        "command": " ".join([".venv/bin/python", "benchmarks/step_efficiency.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([".venv/bin/python", "-m", "drmas_benchmarks.step_efficiency", *(argv or sys.argv[1:])]),
         "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "commit": _commit(),
         "cpu": cpu_model(),

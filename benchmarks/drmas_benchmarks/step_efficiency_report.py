@@ -1,7 +1,7 @@
-"""Tables of benchmarks/step_efficiency.py: per-row medians, the step's breakdown, the ratios, markdown.
+"""Tables of `drmas_benchmarks.step_efficiency`: per-row medians, the step's breakdown, the ratios, markdown.
 
 Pure functions over the rows' JSON results (no torch), so the report can be rebuilt from a saved
-`step_efficiency.json`:  .venv/bin/python benchmarks/step_efficiency_report.py results.json > out.md
+`step_efficiency.json`:  .venv/bin/python -m drmas_benchmarks.step_efficiency_report results.json > out.md
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _replay(results: dict[str, dict[str, Any]]) -> list[str]:
     if r is None:
         return []
     text = r.get("output") or r.get("skipped") or f"failed: {r.get('error', '?')}"
-    head = "The learner alone (`benchmarks/learner_sharing.py`, one saved batch replayed):"
+    head = "The learner alone (`benchmarks/drmas_benchmarks/learner_sharing.py`, one saved batch replayed):"
     return [head, "", "```", text, "```", ""]
 
 

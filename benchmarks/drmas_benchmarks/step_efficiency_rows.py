@@ -1,6 +1,6 @@
-"""One row of benchmarks/step_efficiency.py, in a process of its own (the driver polls its memory).
+"""One row of benchmarks/drmas_benchmarks/step_efficiency.py, in a process of its own (the driver polls its memory).
 
-    .venv/bin/python benchmarks/step_efficiency_rows.py --row drmas --spec spec.json --result out.json
+    .venv/bin/python -m drmas_benchmarks.step_efficiency_rows --row drmas --spec spec.json --result out.json
 
 Rows (the spec, a JSON file the driver writes, holds the shared settings):
 - `drmas`: drmas-train's `Trainer.train_step`, timed from here (outside the trainer), with the

@@ -1,6 +1,7 @@
-"""The TRL row of benchmarks/step_efficiency.py: TRL's `GRPOTrainer`, in its own virtual environment.
+"""The TRL row of `drmas_benchmarks.step_efficiency`: TRL's `GRPOTrainer`, in its own virtual environment.
 
-    .venv-trl/bin/python benchmarks/step_efficiency_trl.py --spec spec.json --result out.json [--gradient-checkpointing]
+    .venv-trl/bin/python benchmarks/drmas_benchmarks/step_efficiency_trl.py --spec spec.json --result out.json \
+        [--gradient-checkpointing]
 
 (`bash scripts/setup_trl_venv.sh` builds `.venv-trl`.) Imports only torch, transformers, datasets and
 trl, never drmas: the driver passes the resolved model folder, the prompts (chat messages, the same

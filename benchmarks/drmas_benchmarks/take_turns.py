@@ -1,6 +1,6 @@
 """Time two commands on one host by running them in turns, so that both see the same host.
 
-    python benchmarks/take_turns.py --names default,fp32 --slice 20 "make train" \
+    python -m drmas_benchmarks.take_turns --names default,fp32 --slice 20 "make train" \
         "make train ARGS='--set learner.compute_dtype=float32'"
 
 Both start together; only one runs at a time: each gets `--slice` seconds, then is stopped (SIGSTOP to

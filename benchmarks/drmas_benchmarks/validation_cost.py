@@ -1,6 +1,6 @@
 """Where one validation's time goes: its engine calls, their prompt and generated tokens, the engine's ops.
 
-    .venv/bin/python benchmarks/validation_cost.py [--preset cpu] [--set eval.n_problems=64 ...]
+    .venv/bin/python -m drmas_benchmarks.validation_cost [--preset cpu] [--set eval.n_problems=64 ...]
         [--profile] [--prefill] [--out benchmarks/results/validation_cost.md]
 
 Builds the preset's trainer (the same engines, envs and validation protocol as `drmas-train`; nothing is
@@ -28,8 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_line  # noqa: E402
+from drmas_benchmarks.machine import cpu_line
 
 
 class CallLog:
@@ -71,7 +70,7 @@ def report(args: argparse.Namespace, logs: list[CallLog], wall: float, row: dict
     lines = [
         "# One validation, call by call",
         "",
-        f"`.venv/bin/python benchmarks/validation_cost.py {' '.join(args.argv)}`",
+        f"`.venv/bin/python -m drmas_benchmarks.validation_cost {' '.join(args.argv)}`",
         "",
         f"CPU: {cpu_line()}; load average before {args.load_before}, after {load_after}.",
         f"Protocol: {int(row['val/n_problems'])} problems; {avg_key} {row[avg_key]:.3f}.",

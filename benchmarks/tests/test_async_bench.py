@@ -1,19 +1,11 @@
-"""benchmarks/async_bench.py: the pipeline model by hand, and one measured run of the smoke preset."""
-
-from pathlib import Path
+"""drmas_benchmarks.async_bench: the pipeline model by hand, and one measured run of the smoke preset."""
 
 import pytest
-from script_module import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load(name):
-    return load_script(BENCH / f"{name}.py")
+from drmas_benchmarks import async_bench as bench
 
 
 def test_the_pipeline_model_by_hand():
-    bench = load("async_bench")
     p = bench.Phases(generate=6.0, score=1.0, update=3.0, push=0.5)
     assert bench.sync_step_s(p) == 10.5
     # The rollout hides the score and the update: the step is the rollout plus the push.
@@ -24,7 +16,6 @@ def test_the_pipeline_model_by_hand():
 
 
 def test_one_run_measures_steps_and_staleness(tmp_path):
-    bench = load("async_bench")
     run = bench.one_run("smoke", 1, 3, None)
     assert run["k"] == 1 and len(run["walls"]) == 3 and all(w > 0 for w in run["walls"])
     assert [r["rollout/staleness_mean"] for r in run["rows"]] == [0.0, 1.0, 1.0]
@@ -37,7 +28,6 @@ def test_one_run_measures_steps_and_staleness(tmp_path):
 
 
 def test_steady_steps_leave_out_the_fill_and_the_drain():
-    bench = load("async_bench")
     assert bench.steady_walls({"k": 0, "walls": [9.0, 4.0, 5.0]}) == [4.0, 5.0]
     # k = 2: the last two steps update with no rollout beside them, so they are not steady
     assert bench.steady_walls({"k": 2, "walls": [9.0, 4.0, 5.0, 2.0, 2.0]}) == [4.0, 5.0]

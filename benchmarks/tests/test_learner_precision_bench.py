@@ -1,13 +1,9 @@
-"""benchmarks/learner_precision.py: a setting names the learner fields it changes, and nothing else."""
-
-from pathlib import Path
+"""drmas_benchmarks.learner_precision: a setting names the learner fields it changes, and nothing else."""
 
 import pytest
-from script_module import load_script
 
+from drmas_benchmarks import learner_precision as bench
 from drmas_train.config import build_config
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.mark.parametrize(
@@ -20,7 +16,6 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     ],
 )
 def test_a_setting_changes_the_fields_it_names(setting, want):
-    bench = load_script(BENCH / "learner_precision.py")
     base = build_config("cpu").learner
     cfg = bench._setting(base, setting)
     assert {k: getattr(cfg, k) for k in want} == want
@@ -31,6 +26,5 @@ def test_a_setting_changes_the_fields_it_names(setting, want):
 
 @pytest.mark.parametrize("setting", ["bfloat16+fast", "float32+mb", "bfloat16+mbx"])
 def test_an_unknown_setting_is_refused(setting):
-    bench = load_script(BENCH / "learner_precision.py")
     with pytest.raises(SystemExit, match="DTYPE"):
         bench._setting(build_config("cpu").learner, setting)

@@ -1,16 +1,12 @@
 """The plan's learner memory model against a real update's peak RSS, on a 28 M-parameter random Qwen2 (fp32).
 
 The full check (SmolLM2-135M with and without gradient checkpointing, a 0.5 B Qwen2.5) is
-`benchmarks/plan_memory.py` (benchmarks/results/plan_memory.md); this one is small enough for the suite.
+`drmas_benchmarks.plan_memory` (benchmarks/results/plan_memory.md); this one is small enough for the suite.
 """
-
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import plan_memory  # noqa: E402
+from drmas_benchmarks import plan_memory
 
 
 @pytest.mark.slow

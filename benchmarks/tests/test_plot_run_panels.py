@@ -1,12 +1,9 @@
-"""`benchmarks/plot_run.py` draws the panels of the run's own agents and validation keys, not math's."""
-
-import runpy
-from pathlib import Path
+"""`drmas_benchmarks.plot_run` draws the panels of the run's own agents and validation keys, not math's."""
 
 import pytest
 
 pytest.importorskip("matplotlib", reason="plot_run needs the bench extra (matplotlib)")
-PLOT = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "plot_run.py"), run_name="plot_run")
+from drmas_benchmarks import plot_run  # noqa: E402
 
 SEARCH_ROWS = [
     {"step": 0, "val/avg@4": 0.0, "val/world-single-hop/avg@4": 0.0, "val/valid/search": 0.9, "val/valid/answer": 0.8},
@@ -16,7 +13,7 @@ SEARCH_ROWS = [
 
 
 def test_agent_panels_name_the_runs_agents():
-    panels = dict(PLOT["agent_panels"](SEARCH_ROWS))
+    panels = dict(plot_run.agent_panels(SEARCH_ROWS))
     assert list(panels.values()) == [
         ["reward/answer", "reward/search"],
         ["valid/answer", "valid/search"],
@@ -25,7 +22,7 @@ def test_agent_panels_name_the_runs_agents():
 
 
 def test_validation_detail_has_per_source_accuracy_and_validity():
-    assert PLOT["validation_detail"](SEARCH_ROWS) == [
+    assert plot_run.validation_detail(SEARCH_ROWS) == [
         "val/valid/answer",
         "val/valid/search",
         "val/world-single-hop/avg@4",
@@ -43,7 +40,7 @@ def test_the_figure_is_drawn_for_a_search_run(tmp_path):
     argv = sys.argv
     sys.argv = ["plot_run.py", str(run), "--out", str(out)]
     try:
-        PLOT["main"]()
+        plot_run.main()
     finally:
         sys.argv = argv
     assert out.stat().st_size > 0

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from drmas_train.stability import (
+from drmas_benchmarks.stability.analysis import (
     calls_from_trajectories,
     grad_norm_summary,
     predicted_pooled_sq_mean,

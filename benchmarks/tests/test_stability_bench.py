@@ -1,31 +1,19 @@
-"""benchmarks/stability: the run driver's commands, the report's tables, the synthetic analysis."""
+"""drmas_benchmarks.stability: the run driver's commands, the report's tables, the synthetic analysis."""
 
-import importlib.util
 import json
 import math
 import shlex
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from drmas_benchmarks.stability import heldout, report, run, synthetic
 from drmas_train.cli import parse_train_args
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "stability"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"stability_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_driver_commands_are_valid_trainer_command_lines(capsys, tmp_path):
-    run = load("run")
     argv = ["--name", "x", "--preset", "smoke", "--steps", "3", "--estimators", "grpo,drmas", "--seeds", "0,7"]
     assert run.main([*argv, "--runs-dir", str(tmp_path), "--set", "learner.lr=0.01", "--dry-run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -44,7 +32,6 @@ def test_driver_commands_are_valid_trainer_command_lines(capsys, tmp_path):
 
 
 def test_driver_pins_the_held_out_protocol_for_every_run(capsys, tmp_path):
-    run = load("run")
     argv = ["--name", "x", "--preset", "smoke", "--estimators", "grpo,drmas", "--seeds", "0,1", "--eval-every", "5"]
     argv += ["--eval-problems", "16", "--eval-k", "3", "--set", "eval.k=7", "--runs-dir", str(tmp_path), "--dry-run"]
     assert run.main(argv) == 0
@@ -61,7 +48,6 @@ def test_driver_pins_the_held_out_protocol_for_every_run(capsys, tmp_path):
 
 
 def test_the_step_0_validation_row_is_no_training_step(tmp_path):
-    run = load("run")
     folder = tmp_path / "r"
     folder.mkdir()
     assert run.trained_steps(folder) == 0
@@ -73,7 +59,6 @@ def test_the_step_0_validation_row_is_no_training_step(tmp_path):
 
 
 def test_driver_rounds_advance_every_run_before_the_next_round(capsys, tmp_path):
-    run = load("run")
     assert run.round_targets(10, None) == [10]
     assert run.round_targets(10, 4) == [4, 8, 10]
     assert run.round_targets(10, 10) == [10]
@@ -126,7 +111,6 @@ def write_run(
 
 
 def test_report_tables_on_known_runs(tmp_path):
-    report = load("report")
     # grpo: norms 1 1 1 10 nan 0 1 -> median 1 (finite non-zero), max 10, a spike at 10, one skipped, one zero.
     grpo = write_run(tmp_path / "g", "grpo", [1, 1, 1, 10, "nan", 0, 1], [0, 0, 0, 0, 1, 0, 0])
     drmas = write_run(tmp_path / "d", "drmas", [2, 2, 2, 2, 2, 2, 2], [0] * 7)
@@ -150,7 +134,6 @@ def test_report_tables_on_known_runs(tmp_path):
 
 
 def test_synthetic_analysis_writes_table_and_plot(tmp_path):
-    synthetic = load("synthetic")
     assert synthetic.main(["--groups", "24", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "README.md").read_text()
     for scenario in synthetic.SCENARIOS:
@@ -159,7 +142,6 @@ def test_synthetic_analysis_writes_table_and_plot(tmp_path):
 
 
 def test_t_quantile_and_interval_by_hand():
-    heldout = load("heldout")
     # closed forms of Student's t: df 1 is Cauchy, tan(pi (p - 1/2)); df 2: (2p - 1) sqrt(2 / (4 p (1 - p)))
     assert heldout.t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), abs=1e-7)  # 12.7062
     assert heldout.t_quantile(0.975, 2) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), abs=1e-7)
@@ -179,7 +161,6 @@ def test_t_quantile_and_interval_by_hand():
 
 
 def test_paired_differences_and_gains_by_hand():
-    heldout = load("heldout")
     # seed 3 has no drmas run and seed 4's grpo value is missing: only seeds 0-2 pair
     drmas = {0: 0.3, 1: 0.1, 2: 0.2, 4: 0.1}
     grpo = {0: 0.1, 1: 0.1, 2: 0.0, 3: 0.5, 4: float("nan")}
@@ -208,7 +189,6 @@ def _val(avg1: float, acc: float, avg2: float) -> dict:
 
 
 def test_report_held_out_section_on_known_runs(tmp_path):
-    report = load("report")
     norms, skipped = [1] * 4, [0] * 4
 
     def run(name, est, seed, first, mid, last, **kw):  # validation before training, after steps 2 and 4
@@ -254,7 +234,6 @@ def test_report_held_out_section_on_known_runs(tmp_path):
 
 @pytest.mark.slow
 def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
-    run = load("run")
     # One estimator keeps it short: the point is the chain driver -> drmas-train -> metrics keys -> report.
     argv = ["--name", "e2e", "--preset", "smoke", "--steps", "2", "--estimators", "drmas", "--seeds", "0"]
     argv += ["--set", "threads=1"]  # a tiny model: intra-op threads only contend on a busy 2-core machine
@@ -273,7 +252,6 @@ def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
     assert rows[0]["val/n_problems"] == 4 and "accuracy" not in rows[0]
     # the held-out section holds the runs' own numbers
     assert "## Held-out accuracy" in text and "4 problems of split `test`" in text
-    heldout = load("heldout")
     for key in ("val/avg@1", "val/answer_acc", "val/avg@2"):
         values = " | ".join(f"{r[key]:.3f}" for r in rows)
         assert f"| drmas s0 | {key} | {values} |" in text
@@ -296,7 +274,6 @@ def test_driver_end_to_end_on_the_smoke_preset(tmp_path, capsys):
 
 
 def test_archive_keeps_the_longest_copy_of_a_run(tmp_path):
-    run = load("run")
     grpo = write_run(tmp_path / "g", "grpo", [1, 1, 1], [0, 0, 0])
     copy = tmp_path / "out" / "runs" / "grpo-s0"
     assert run.archive(grpo, copy) and run.trained_steps(copy) == 3
@@ -313,7 +290,6 @@ def test_archive_keeps_the_longest_copy_of_a_run(tmp_path):
 
 
 def test_paired_runs_across_trainer_versions_name_the_new_fields(tmp_path):
-    report = load("report")
     val = {0: _val(0.3, 0.3, 0.3), 2: _val(0.4, 0.4, 0.4)}
     grpo = write_run(tmp_path / "g", "grpo", [1, 1], [0, 0], val=val)
     drmas = write_run(tmp_path / "d", "drmas", [1, 1], [0, 0], val=val)
@@ -326,7 +302,6 @@ def test_paired_runs_across_trainer_versions_name_the_new_fields(tmp_path):
 
 
 def test_drmas_is_also_paired_against_pooled_the_per_agent_statistics_alone(tmp_path):
-    report = load("report")
 
     def run(est, seed, first, last):
         val = {0: _val(first, first, first), 2: _val(last, last, last)}
@@ -346,7 +321,6 @@ def test_drmas_is_also_paired_against_pooled_the_per_agent_statistics_alone(tmp_
 
 
 def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
-    report = load("report")
     first = write_run(tmp_path / "g0", "grpo", [1] * 4, [0] * 4)
     second = write_run(tmp_path / "g1", "grpo", [1] * 4, [0] * 4, seed=1, scale=2)
     text = report.write_report([first, second], tmp_path / "out", title="T").read_text()
@@ -357,7 +331,6 @@ def test_learning_table_has_a_row_per_seed_when_seeds_differ(tmp_path):
 
 
 def test_learning_table_shows_reply_length_and_the_verifiers_approvals(tmp_path):
-    report = load("report")
     path = write_run(tmp_path / "d0", "drmas", [1] * 3, [0] * 3)
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     for i, row in enumerate(rows):  # tokens 30, 20, 10; approvals of right 0.5, 1, 1 and of wrong 1, 0.5, 0
@@ -373,7 +346,6 @@ def test_learning_table_shows_reply_length_and_the_verifiers_approvals(tmp_path)
 
 
 def test_held_out_section_says_what_each_agent_learned(tmp_path):
-    report = load("report")
 
     def val(valid, tokens, right, wrong):
         agent = {"val/valid/solver": valid, "val/response_tokens/solver": tokens}

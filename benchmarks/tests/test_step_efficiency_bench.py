@@ -1,17 +1,14 @@
-"""benchmarks/step_efficiency.py: the driver end to end on the tiny model, the report's tables and ratios."""
+"""drmas_benchmarks.step_efficiency: the driver end to end on the tiny model, the report's tables and ratios."""
 
 import json
 from pathlib import Path
 
 import pytest
-from script_module import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-TRL_PYTHON = BENCH.parent / ".venv-trl" / "bin" / "python"
+from drmas_benchmarks import step_efficiency as bench
+from drmas_benchmarks import step_efficiency_report as report
 
-
-def load(name):
-    return load_script(BENCH / f"{name}.py")
+TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
 
 
 def tiny_args(tmp_path, rows, *extra):
@@ -24,7 +21,6 @@ def tiny_args(tmp_path, rows, *extra):
 
 @pytest.mark.slow
 def test_drmas_and_floor_rows_end_to_end_on_the_tiny_model(tmp_path):
-    bench = load("step_efficiency")
     no_trl = str(tmp_path / "absent" / "python")
     argv = tiny_args(tmp_path, "drmas-transformers,floor,trl", "--group", "2", "--trl-python", no_trl)
     assert bench.main(argv) == 0
@@ -50,7 +46,6 @@ def test_drmas_and_floor_rows_end_to_end_on_the_tiny_model(tmp_path):
 def test_trl_row_on_the_tiny_model(tmp_path):
     if not TRL_PYTHON.exists():
         pytest.skip("optional comparison: no TRL venv (bash scripts/setup_trl_venv.sh builds .venv-trl)")
-    bench = load("step_efficiency")
     assert bench.main(tiny_args(tmp_path, "trl", "--group", "4")) == 0
     trl = json.loads((tmp_path / "se.json").read_text())["rows"]["trl"]
     assert len(trl["steps"]) == 1 and trl["trl"]
@@ -63,7 +58,6 @@ def test_trl_row_on_the_tiny_model(tmp_path):
 
 
 def test_report_medians_breakdown_and_ratio_verdicts():
-    report = load("step_efficiency_report")
 
     def drmas_step(wall):
         return {

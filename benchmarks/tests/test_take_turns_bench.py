@@ -1,11 +1,8 @@
-"""benchmarks/take_turns.py: two real processes run one at a time, and each one's running time is counted."""
+"""drmas_benchmarks.take_turns: two real processes run one at a time, and each one's running time is counted."""
 
 import sys
-from pathlib import Path
 
-from script_module import load_script
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from drmas_benchmarks import take_turns as bench
 
 # Stamps the shared monotonic clock every 10 ms into a file until it has had `cpu` seconds of CPU.
 WORKER = (
@@ -19,7 +16,6 @@ WORKER = (
 
 
 def test_two_commands_take_turns_and_each_gets_its_running_time(tmp_path):
-    bench = load_script(BENCH / "take_turns.py")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     commands = [f"{sys.executable} {script} {tmp_path / name} 1.0" for name in ("a", "b")]

@@ -1,25 +1,13 @@
-"""benchmarks/validation_cost.py on the smoke preset's tiny model: one row per engine call, totals that add up."""
+"""drmas_benchmarks.validation_cost on the smoke preset's tiny model: one row per engine call, totals that add up."""
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "validation_cost.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("validation_cost", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from drmas_benchmarks import validation_cost as bench
 
 
 def test_report_lists_every_engine_call_of_one_validation(tmp_path):
-    bench = load()
     out = tmp_path / "vc.md"
     text = bench.main(["--preset", "smoke", "--set", f"log.run_dir={tmp_path / 'run'}", "--profile", "--out", str(out)])
     assert out.read_text() == text
@@ -34,6 +22,5 @@ def test_report_lists_every_engine_call_of_one_validation(tmp_path):
 
 
 def test_prefill_asks_for_the_vllm_backend_before_validating(tmp_path):
-    bench = load()
     with pytest.raises(SystemExit, match="vllm backend"):
         bench.main(["--preset", "smoke", "--set", f"log.run_dir={tmp_path / 'run'}", "--prefill"])

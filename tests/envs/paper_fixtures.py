@@ -1,100 +1,20 @@
-"""Small copies of the paper's datasets in the layout the hub serves them (what `hf download` writes).
-
-Rows carry the fields the reference's preprocessing reads (langfengQ/DrMAS examples/data_preprocess/
-drmas_math.py and drmas_search.py); the texts are made up, the counts are chosen per test.
-"""
+"""Small copies of the paper's datasets in the layout the hub serves them (`drmas_envs.testing` makes the
+rows), and the skip marker of the tests that need pyarrow."""
 
 import importlib.util
-import json
-from pathlib import Path
 
 import pytest
 
+from drmas_envs.testing import (  # noqa: F401  (re-exported for the tests)
+    SEARCH_SOURCES,
+    aime24_rows,
+    aime25_rows,
+    math500_rows,
+    plain_rows,
+    search_rows,
+    write_math_hub_layout,
+    write_rows,
+)
+
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None
 needs_pyarrow = pytest.mark.skipif(not HAS_PYARROW, reason="pyarrow (optional: drmas-envs[data]) is not installed")
-
-SEARCH_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-
-
-def write_rows(path: Path, rows: list[dict]) -> Path:
-    """Write rows as JSONL, or as Parquet when `path` ends in .parquet."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(rows), path)
-    else:
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def math500_rows(n: int) -> list[dict]:
-    return [
-        {
-            "problem": f"MATH-500 problem {i}: what is {i} + {i}?",
-            "solution": f"It is $\\boxed{{{2 * i}}}$.",
-            "answer": str(2 * i),
-            "subject": "Algebra",
-            "level": 1,
-            "unique_id": f"test/algebra/{i}.json",
-        }
-        for i in range(n)
-    ]
-
-
-def aime24_rows(n: int = 30) -> list[dict]:
-    return [
-        {"id": 60 + i, "problem": f"AIME 2024 problem {i}", "solution": "...", "answer": str(100 + i), "url": "u"}
-        for i in range(n)
-    ]
-
-
-def aime25_rows(n: int = 30) -> list[dict]:
-    # MathArena's copy numbers its problems and stores answers as integers
-    return [{"problem_idx": i + 1, "problem": f"AIME 2025 problem {i}", "answer": 200 + i} for i in range(n)]
-
-
-def plain_rows(name: str, n: int) -> list[dict]:
-    return [{"problem": f"{name} problem {i}", "answer": f"{i}"} for i in range(n)]
-
-
-def write_math_hub_layout(root: Path, counts: dict[str, int], parquet: bool = False) -> dict[str, Path]:
-    """The reference's math test sources under `root/<owner>/<name>/`, `counts[member]` rows each."""
-    ext = "parquet" if parquet else "jsonl"
-    shard = f"data/{{split}}-00000-of-00001.{ext}"
-    layout = {
-        "math500": ("HuggingFaceH4/MATH-500", f"test.{ext}" if not parquet else shard.format(split="test")),
-        "aime24": ("HuggingFaceH4/aime_2024", shard.format(split="train")),
-        "aime25": ("MathArena/aime_2025", shard.format(split="train")),
-        "olympiadbench": ("realtreetune/olympiadbench", shard.format(split="test")),
-        "amc23": ("knoveleng/AMC-23", shard.format(split="train")),
-        "minerva": ("zwhe99/simplerl-minerva-math", shard.format(split="test")),
-    }
-    makers = {"math500": math500_rows, "aime24": aime24_rows, "aime25": aime25_rows}
-    written = {}
-    for member, n in counts.items():
-        repo, rel = layout[member]
-        rows = makers[member](n) if member in makers else plain_rows(member, n)
-        written[member] = write_rows(root / repo / rel, rows)
-    return written
-
-
-def search_rows(split: str, counts: dict[str, int]) -> list[dict]:
-    """Search-R1 rows (`PeterJinGo/nq_hotpotqa_train`): contiguous blocks per `data_source`."""
-    rows = []
-    for source, n in counts.items():
-        for i in range(n):
-            rows.append(
-                {
-                    "id": f"{split}_{i}",
-                    "question": f"{source} question {i}?",
-                    "golden_answers": [f"{source} answer {i}", f"alias {i}"],
-                    "data_source": source,
-                    "prompt": [{"role": "user", "content": "Answer the given question. ..."}],
-                    "ability": "fact-reasoning",
-                    "reward_model": {"style": "rule", "ground_truth": {"target": [f"{source} answer {i}"]}},
-                    "extra_info": {"split": split, "index": i},
-                }
-            )
-    return rows

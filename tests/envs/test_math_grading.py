@@ -195,7 +195,7 @@ def test_bound_holds_in_a_forked_process(grader):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="shared math data not present")
 def test_real_data_sample(grader):
-    """A sample of the full sweep (benchmarks/grade_real_data.py): about 6 items per file."""
+    """A sample of the full sweep (benchmarks/drmas_benchmarks/grade_real_data.py): about 6 items per file."""
     failures = []
     for path in sorted(DATA.glob("*.jsonl")):
         tasks = load_jsonl_tasks(path)

@@ -14,7 +14,7 @@ from search_helpers import PASSAGES
 
 from drmas_envs.search.retrievers import HTTPRetriever, build_index, load_index
 from drmas_envs.search.retrievers.ann import IVFPQConfig
-from drmas_envs.search.retrievers.dense import _load_model, passage_text, resolve_encoder
+from drmas_envs.search.retrievers.dense import load_model, passage_text, resolve_encoder
 from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 from drmas_envs.search.world import generate_world
 from drmas_retrieval.cli import main
@@ -32,7 +32,7 @@ def reference_files(tmp_path_factory):
         "".join(json.dumps({"id": str(i), "contents": f'"{t}"\n{x}'}) + "\n" for i, (_, t, x) in enumerate(RECORDS))
     )
     spec = resolve_encoder("minilm")
-    vecs = _load_model(spec.model).encode([passage_text(spec, t, x) for _, t, x in RECORDS], normalize_embeddings=True)
+    vecs = load_model(spec.model).encode([passage_text(spec, t, x) for _, t, x in RECORDS], normalize_embeddings=True)
     flat = faiss.IndexFlatIP(vecs.shape[1])
     flat.add(np.asarray(vecs, dtype=np.float32))
     faiss.write_index(flat, str(root / "e5_Flat.index"))

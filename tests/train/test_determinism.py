@@ -6,19 +6,16 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
-from script_module import load_script
 from transformers import AutoModelForCausalLM
 
+from drmas_benchmarks import compare_runs
+from drmas_benchmarks.stability.analysis import read_jsonl
 from drmas_train.algorithm.records import CallRecord
 from drmas_train.learner import Learner, PPOConfig
-from drmas_train.stability import read_jsonl
 from drmas_train.testing.tiny import build_tiny_model
-
-COMPARE = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "compare_runs.py")
 
 HOG = textwrap.dedent(
     """
@@ -93,7 +90,7 @@ def test_two_short_runs_of_the_cpu_preset_with_one_seed_give_identical_metrics(t
     first = read_jsonl(tmp_path / "a" / "metrics.jsonl")
     assert len(first) == 2  # the validation before step 1, then step 1 and its validation
     assert "val/avg@4" in first[-1] and "grad_norm/shared" in first[-1]
-    assert COMPARE.differences(tmp_path / "a", tmp_path / "b") == []
+    assert compare_runs.differences(tmp_path / "a", tmp_path / "b") == []
 
 
 def test_compare_runs_names_what_differs_and_ignores_the_machine(tmp_path):
@@ -102,5 +99,5 @@ def test_compare_runs_names_what_differs_and_ignores_the_machine(tmp_path):
         (tmp_path / name).mkdir()
         rows[1]["loss"], rows[0]["time/validate"] = loss, secs
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    assert COMPARE.differences(tmp_path / "a", tmp_path / "b") == [(1, "loss", 0.1, 0.2)]
-    assert COMPARE.differences(tmp_path / "a", tmp_path / "a") == []
+    assert compare_runs.differences(tmp_path / "a", tmp_path / "b") == [(1, "loss", 0.1, 0.2)]
+    assert compare_runs.differences(tmp_path / "a", tmp_path / "a") == []

@@ -2,14 +2,11 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from drmas_train.engines.extras import MissingExtraError, require
 from drmas_train.engines.resolve import convert_gguf
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_core_imports_neither_gguf_nor_matplotlib():
@@ -39,7 +36,7 @@ def test_a_benchmark_plot_without_matplotlib_names_the_bench_extra(tmp_path):
     code = (
         "import runpy, sys; sys.modules['matplotlib'] = None; "
         f"sys.argv = ['plot_run.py', {str(tmp_path)!r}]; "
-        f"runpy.run_path({str(ROOT / 'benchmarks' / 'plot_run.py')!r}, run_name='__main__')"
+        "runpy.run_module('drmas_benchmarks.plot_run', run_name='__main__')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 1

@@ -1,6 +1,6 @@
 """`scripts/gpu_check.sh --cpu-smoke`: the GPU check's own code up to the device, on CPU with a tiny Qwen3.
 
-The shell script and `benchmarks/gpu_check.py` run for real (subprocess): a Qwen3-shaped config and a
+The shell script and `benchmarks/drmas_benchmarks/gpu_check.py` run for real (subprocess): a Qwen3-shaped config and a
 whole-vocabulary tokenizer written to a folder, random weights, the engine (vLLM's dummy load, or the
 transformers backend), the project's generate -> learner update -> weight push, the floor, the table.
 """

@@ -4,7 +4,6 @@ import json
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,6 @@ from drmas_train.cli.main import _progress_line
 from drmas_train.config import build_config
 from drmas_train.run.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[2]
 STATS = ("singleton_share", "zero_var_share", "size_min", "size_median", "size_max")
 
 # Two prompts, four episodes. Prompt 0: episodes 0 and 1, Solver then Verifier each. Prompt 1: episode 2
@@ -168,7 +166,7 @@ def test_a_smoke_run_logs_warns_and_plots_them(tmp_path, caplog):
     out = tmp_path / "curves.png"
     code = (
         f"import json, runpy, sys; sys.argv = ['plot_run.py', {str(run)!r}, '--out', {str(out)!r}]; "
-        f"mod = runpy.run_path({str(ROOT / 'benchmarks' / 'plot_run.py')!r}, run_name='__main__'); "
+        "mod = runpy.run_module('drmas_benchmarks.plot_run', run_name='__main__'); "
         f"print(json.dumps(mod['group_panels']([json.loads(open({str(run / 'metrics.jsonl')!r}).read())])))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -1,6 +1,6 @@
 """Stability analysis: gradient-norm summaries and the per-agent advantage second moment.
 
-Pure functions behind `benchmarks/stability`, usable on any run directory:
+Pure functions behind `benchmarks/drmas_benchmarks/stability`, usable on any run directory:
 
 - `grad_norm_summary`: median, max, max/median, spikes and skipped steps of one model's pre-clip
   gradient norms. A spike is a step whose norm exceeds `factor` (5) times the running median of

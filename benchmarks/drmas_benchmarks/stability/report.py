@@ -1,20 +1,19 @@
 """Report on finished `drmas-train` runs: grad-norm stability per model, rewards, advantage moments.
 
-    .venv/bin/python benchmarks/stability/report.py RUN_DIR [RUN_DIR ...] --out benchmarks/results/stability/NAME
+    .venv/bin/python -m drmas_benchmarks.stability.report RUN_DIR [RUN_DIR ...] --out benchmarks/results/stability/NAME
 
 Each run directory holds `config.yaml` (estimator and seed are read from it) and `metrics.jsonl`
 (one row per step: `grad_norm/<model>`, `learner/<model>/skipped`, `accuracy`, `reward/team`,
 `reward/<agent>`, `valid/<agent>`, `time/step`, `adv/<agent>/sq_mean`, `adv_global/<agent>/sq_mean`,
 `adv_global/<agent>/gap`) and, where the run validated, `val/*` rows (step 0: before training).
 Writes `README.md` (tables) and PNG plots into the output folder. Definitions are those of
-`drmas_train.stability`: a spike is a step above 5x the running median of the previous 20 steps.
+`drmas_benchmarks.stability.analysis`: a spike is a step above 5x the running median of the previous 20 steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,12 +23,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import heldout  # noqa: E402
-
+from drmas_benchmarks.stability import heldout
+from drmas_benchmarks.stability.analysis import as_float, grad_norm_summary, read_jsonl
 from drmas_train.engines.extras import require
-from drmas_train.stability import as_float, grad_norm_summary, read_jsonl  # noqa: E402
 
 FINAL_STEPS = 5  # "final" figures average the last few steps, since one step's reward is noisy
 WINDOWS = 3  # the learning table splits the steps into this many windows (early / middle / late)

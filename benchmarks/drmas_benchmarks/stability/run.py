@@ -1,6 +1,6 @@
 """Run the same seeds and data with several estimators, then report stability per model.
 
-    .venv/bin/python benchmarks/stability/run.py --name controlled --preset smoke --steps 20 \\
+    .venv/bin/python -m drmas_benchmarks.stability.run --name controlled --preset smoke --steps 20 \\
         --estimators grpo,drmas,pooled,rloo --seeds 0,1 [--set key=value ...]
 
 Every (estimator, seed) pair is one `drmas-train` run into `<runs-dir>/<name>/<estimator>-s<seed>`,
@@ -36,13 +36,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drmas_benchmarks.stability.analysis import read_jsonl
+from drmas_benchmarks.stability.report import write_report
 
-from report import write_report  # noqa: E402
-
-from drmas_train.stability import read_jsonl  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ESTIMATORS = ("grpo", "drmas", "pooled", "rloo")
 
 
@@ -160,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no finished runs to report on")
         return 1
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
-    command = ".venv/bin/python benchmarks/stability/run.py " + shlex.join(given)  # the command that ran them
+    command = ".venv/bin/python -m drmas_benchmarks.stability.run " + shlex.join(given)  # the command that ran them
     # the title names the results folder: one set of runs can feed several reports (--out)
     readme = write_report(done, out, title=f"Stability: {out.name}", command=command, max_steps=args.steps)
     print(f"report: {readme}")

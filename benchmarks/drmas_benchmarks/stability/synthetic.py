@@ -1,6 +1,6 @@
 """E[A^2 | agent] under global vs agent-wise normalisation, on synthetic team rewards.
 
-    .venv/bin/python benchmarks/stability/synthetic.py [--groups 512] [--group-size 8] [--seed 0]
+    .venv/bin/python -m drmas_benchmarks.stability.synthetic [--groups 512] [--group-size 8] [--seed 0]
 
 No model is trained: per-call rewards are drawn as in the math tasks (team reward 1 or 0 per
 episode, minus a 0.1 format penalty on each malformed call) for teams whose agents differ in call
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from drmas_benchmarks.stability.analysis import second_moments, synthetic_calls
 from drmas_train.engines.extras import require
-from drmas_train.stability import second_moments, synthetic_calls
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # name -> {agent: (calls per episode, probability a call is malformed)}
 SCENARIOS = {
     "alike": {"solver": (1, 0.1), "verifier": (1, 0.1)},
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = measure(args.groups, args.group_size, args.seed)
     argv_s = " ".join(argv if argv is not None else sys.argv[1:])
-    command = f".venv/bin/python benchmarks/stability/synthetic.py {argv_s}".strip()
+    command = f".venv/bin/python -m drmas_benchmarks.stability.synthetic {argv_s}".strip()
     (out / "README.md").write_text(markdown(rows, command))
     plot(rows, out / "second_moments.png")
     print(out / "README.md")

@@ -161,7 +161,7 @@ class Grader:
             self.stats["fast"] += 1
             return decided
         self.stats["worker"] += 1
-        return self._ask_worker(answer, reference)
+        return self.ask_worker(answer, reference)
 
     __call__ = grade
 
@@ -176,7 +176,11 @@ class Grader:
             self._kill()
 
     # -- the worker -------------------------------------------------------------------------------
-    def _ask_worker(self, answer: str, reference: str) -> bool:
+    def ask_worker(self, answer: str, reference: str) -> bool:
+        """Whether `answer` is equivalent to `reference`, by the math-verify worker alone: no length or
+        depth cap, no fast path, no `stats["worker"]` count (what `grade` calls when the fast path
+        cannot decide). A check over its time bound grades wrong.
+        """
         if self._pid != os.getpid():  # forked: the worker and lock belong to the parent process
             self._pid, self._proc, self._lock, self._buf, self._ready = os.getpid(), None, threading.Lock(), b"", False
         with self._lock:

@@ -86,7 +86,7 @@ class SearchConfig:
     must use the field. False: the Search agent sees the question and the search history only."""
     prompt_layout: str = "project"
     """The built-in prompts. "project": each role's instructions and a short worked example in the system message
-    (the examples give a small model its format: benchmarks/search_format_smollm2.py). "reference": the reference
+    (the examples give a small model its format: drmas_benchmarks.search_format_smollm2). "reference": the reference
     code's layout in this project's words: a generic system message, and the question, history and role
     instructions in the user message, with no examples (the paper presets)."""
     prompts_file: str | None = None

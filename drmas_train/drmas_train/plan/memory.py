@@ -14,7 +14,7 @@ Saved per token and layer for a Llama/Qwen decoder layer (transformers' SDPA pat
 expands grouped K/V heads to every query head): the two RMSNorms' inputs and outputs (4 x hidden),
 the rotated query, the expanded keys and values, the attention output and the `o_proj` input
 (5 x heads x head_dim), and the MLP's gate, up, SiLU output and `down_proj` input (4 x intermediate).
-The CPU check of these figures against measured peak RSS is `benchmarks/plan_memory.py`.
+The CPU check of these figures against measured peak RSS is `benchmarks/drmas_benchmarks/plan_memory.py`.
 """
 
 from __future__ import annotations

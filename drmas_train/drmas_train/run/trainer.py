@@ -292,7 +292,7 @@ class Trainer:
         row.update(adv_stats)
         row.update(stale)
         row.update({"time/rollout": t_rollout, "time/update": t_update, "data/cursor": self.cursor})
-        # The parts of a step that are neither generate nor update (benchmarks/step_efficiency.py).
+        # The parts of a step that are neither generate nor update (benchmarks/drmas_benchmarks/step_efficiency.py).
         row.update({"time/prompts": batch.prompt_seconds, "time/advantages": t_adv, "time/sync": t_sync})
         row["time/metrics"] = time.perf_counter() - t2
         row["time/step"] = time.perf_counter() - t0

@@ -64,7 +64,7 @@ def resolve_encoder(name: str = "minilm") -> EncoderSpec:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_model(model: str) -> Any:
+def load_model(model: str) -> Any:
     """The encoder, loaded once per process (a service's retriever and a rebuilt one share it)."""
     try:
         from sentence_transformers import SentenceTransformer
@@ -136,13 +136,13 @@ class DenseRetriever:
         self.encoder = encoder
         self.embeddings = embeddings
         self.store = store
-        self.model = model if model is not None else _load_model(encoder.model)
+        self.model = model if model is not None else load_model(encoder.model)
 
     @classmethod
     def build(cls, store: PassageStore, *, encoder: str = "minilm", batch_size: int = 64) -> DenseRetriever:
         """Encode every passage of `store` ("title. text") in memory."""
         spec = resolve_encoder(encoder)
-        model = _load_model(spec.model)
+        model = load_model(spec.model)
         texts = [passage_text(spec, title, text) for _, title, text in store]
         logger.info("encoding %d passages with %s", len(texts), spec.model)
         emb = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
@@ -168,7 +168,7 @@ class DenseRetriever:
             check_count(len(load_vectors(vectors)), store, str(vectors))
             (out / SOURCE_FILE).write_text(json.dumps({"vectors": str(Path(vectors).resolve())}))
             return cls.load(directory, store)
-        model = _load_model(spec.model)
+        model = load_model(spec.model)
         emb = encode_store(model, spec, store, out / "embeddings.npy", progress=progress)
         return cls(spec, emb, store, model)
 

@@ -28,10 +28,10 @@ from drmas_envs.search.retrievers.base import Passage
 from drmas_envs.search.retrievers.dense import (
     SOURCE_FILE,
     EncoderSpec,
-    _load_model,
     check_count,
     encode_queries,
     encode_store,
+    load_model,
     read_encoder,
     resolve_encoder,
     save_encoder,
@@ -62,7 +62,7 @@ class FaissRetriever:
         self.encoder = encoder
         self.index = index
         self.store = store
-        self.model = model if model is not None else _load_model(encoder.model)
+        self.model = model if model is not None else load_model(encoder.model)
 
     @classmethod
     def build_on_disk(
@@ -98,7 +98,7 @@ class FaissRetriever:
             return cls.load(directory, store)
         model = None
         if vectors is None:
-            model = _load_model(spec.model)
+            model = load_model(spec.model)
             vecs = encode_store(model, spec, store, out / "vectors.npy", progress=progress)
         else:
             vecs = load_vectors(vectors)
@@ -112,7 +112,7 @@ class FaissRetriever:
             index = build_ivfpq(vecs, cfg, progress=progress)
         queries = None
         if recall_queries:
-            model = model or _load_model(spec.model)
+            model = model or load_model(spec.model)
             queries = encode_queries(model, spec, recall_queries)
         report = measure_recall(index, vecs, 3, queries, cfg)
         logger.info("FAISS index built: %s", report)
