@@ -339,7 +339,7 @@ def test_epochs_set_the_steps_from_the_data(tmp_path):
     from drmas_train.config import steps_for_epochs
     from drmas_train.run.trainer import Trainer
 
-    assert steps_for_epochs(2, 17, 4) == 9 and steps_for_epochs(1, 8, 4) == 2 and steps_for_epochs(0.01, 5, 4) == 1
+    assert steps_for_epochs(2, 17, 4) == 8 and steps_for_epochs(1, 8, 4) == 2 and steps_for_epochs(0.01, 5, 4) == 1
     cfg = build_config("smoke", {"epochs": 1.5, "log.run_dir": str(tmp_path / "run"), "eval.every": 0})
     trainer = Trainer(cfg)
     try:

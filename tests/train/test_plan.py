@@ -60,7 +60,7 @@ def test_plan_of_every_preset_offline_text_and_json(preset, capsys):
     if train["size"] is None:  # a preset naming data that is not here: named, and planned without it
         assert train["missing"] and p["steps_per_epoch"] is None and p["prompt_tokens"]["status"] == "no data"
     else:
-        assert p["steps_per_epoch"] == -(-train["size"] // build_config(preset).rollout.prompts_per_step)
+        assert p["steps_per_epoch"] == train["size"] // build_config(preset).rollout.prompts_per_step
     assert p["gpu_memory_gib"]["per_rank"] and all(r["total"] > 0 for r in p["gpu_memory_gib"]["per_rank"])
     assert p["engines"] and all(
         e["max_model_len"] == build_config(preset).models.engine.max_model_len for e in p["engines"]
@@ -152,6 +152,17 @@ def test_fits_verdict_follows_the_declared_gpu_memory(capsys):
     assert any("needs" in msg for r in small["gpu_memory_gib"]["per_rank"] for msg in r["problems"])
 
 
+def test_the_hardware_label_and_speed_follow_the_named_gpu_not_its_memory(capsys):
+    runs = {
+        kind: plan_json(capsys, "--preset", "search-3x-qwen2.5-3b", "--set", f"placement.gpu_kind={kind}")["estimate"]
+        for kind in ("h100-sxm", "h200", "a100-80gb")
+    }
+    assert [runs[k]["hardware"] for k in runs] == ["NVIDIA H100 SXM", "NVIDIA H200 SXM", "NVIDIA A100 80GB SXM"]
+    assert runs["h200"]["step_s"] < runs["h100-sxm"]["step_s"] < runs["a100-80gb"]["step_s"]
+    same_memory = plan_json(capsys, "--preset", "search-3x-qwen2.5-3b", "--set", "placement.gpu_memory_gib=139.8")
+    assert same_memory["estimate"]["hardware"] == "NVIDIA H100 SXM"  # an H200's memory does not make an H200
+
+
 def test_sharding_and_checkpointing_shrink_the_planned_memory(capsys):
     base = ("--preset", "math-2x-qwen3-4b", "--json")
     fsdp = plan_json(capsys, *base[:2])["gpu_memory_gib"]["per_rank"][0]
@@ -223,7 +234,7 @@ def test_real_dataset_from_a_local_data_dir_gives_sizes_and_measured_prompts(cap
         "--set", "models.name=HuggingFaceTB/SmolLM2-135M-Instruct",
     )  # fmt: skip
     assert p["train_dataset"]["size"] == 500 and p["train_dataset"]["sources"] == {"math500": 500}
-    assert p["steps_per_epoch"] == 16 and p["prompt_tokens"]["status"] == "measured"
+    assert p["steps_per_epoch"] == 15 and p["prompt_tokens"]["status"] == "measured"  # 500 // 32: whole batches
     first = next(r for r in p["prompt_tokens"]["per_agent"] if r["turn"] == "first")
     assert 50 < first["p50"] < first["max"] < 4096  # real MATH-500 problems vary in length
 

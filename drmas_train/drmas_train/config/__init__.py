@@ -51,7 +51,14 @@ from drmas_train.config.sections import (
     ModelsConfig,
     RolloutConfig,
 )
-from drmas_train.config.train import TrainConfig, needed_model_len, resolve_max_model_len, steps_for_epochs
+from drmas_train.config.train import (
+    TrainConfig,
+    data_slot,
+    needed_model_len,
+    resolve_max_model_len,
+    steps_for_epochs,
+    steps_per_epoch,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -93,5 +100,7 @@ __all__ = [
     "save_config",
     "set_dotted",
     "steps_for_epochs",
+    "steps_per_epoch",
+    "data_slot",
     "to_dict",
 ]

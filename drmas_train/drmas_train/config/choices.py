@@ -34,6 +34,8 @@ RolloutRanks = Literal["all", "first"]
 """Which data-parallel ranks of a pool generate."""
 PoolStrategy = Literal["replicate", "fsdp"]
 """How a pool's data-parallel ranks hold the training state."""
+GpuKind = Literal["h100-sxm", "h200", "a100-80gb"]
+"""GPU models whose datasheet figures `drmas-train plan` knows."""
 Truncation = Literal["middle", "left", "right", "error"]
 """Which part of an over-long prompt is cut (verl's `data.truncation`)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from drmas_train.config.choices import PlacementMode, PoolStrategy, RolloutRanks, check_choices
+from drmas_train.config.choices import GpuKind, PlacementMode, PoolStrategy, RolloutRanks, check_choices
 
 
 @dataclass
@@ -46,6 +46,9 @@ class PlacementConfig:
     gpu_memory_gib: float = 79.6
     """Memory of one GPU in GiB: what `drmas-train plan` checks each rank's memory against (the
     reference's H100 80GB, which reports 81,559 MiB; an H200: 139.8)."""
+    gpu_kind: GpuKind = "h100-sxm"
+    """The GPU model: `drmas-train plan` estimates time from its datasheet bandwidth and FLOP/s and names it
+    in its report. Its memory is `gpu_memory_gib`, declared apart."""
     rollout_ranks: RolloutRanks = "all"
     """Which data-parallel ranks of a pool generate: all (every rank holds an engine, samples its share of
     each rollout round and takes the new weights after each update, as verl's hybrid engine uses every

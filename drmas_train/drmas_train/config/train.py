@@ -30,8 +30,10 @@ class TrainConfig:
     """Training steps (one rollout batch and one update of every model per step); see `epochs`."""
     epochs: float | None = None
     """Passes over the training data instead of a step count, as the reference counts its runs (2 epochs of
-    math, 1 of search): the run's steps become ceil(epochs x training tasks / rollout.prompts_per_step)
-    when the data is loaded, and config.yaml records that number in `steps`. None: `steps` decides."""
+    math, 1 of search): the run's steps become epochs x floor(training tasks / rollout.prompts_per_step)
+    when the data is loaded (each pass drops its last partial batch, as the reference's loader does; a
+    fraction runs part of the last pass, rounded down to whole steps), and config.yaml records that number
+    in `steps`. None: `steps` decides."""
     seed: int = 0
     """Seeds data order, sampling and initialisation."""
     threads: int = 0
@@ -135,6 +137,41 @@ def check_names_its_data(cfg: TrainConfig) -> None:
         )
 
 
+def steps_per_epoch(n_tasks: int, prompts_per_step: int) -> int:
+    """Whole batches in one pass over `n_tasks` tasks: the last partial batch is dropped, as the reference's
+    data loader does (`drop_last=True`), so no batch mixes two passes.
+
+    Raises:
+        ValueError: fewer tasks than one batch.
+
+    """
+    if n_tasks < prompts_per_step:
+        raise ValueError(
+            f"the training data has {n_tasks} tasks, fewer than rollout.prompts_per_step {prompts_per_step}: "
+            "a pass over the data cannot fill one batch"
+        )
+    return n_tasks // prompts_per_step
+
+
 def steps_for_epochs(epochs: float, n_tasks: int, prompts_per_step: int) -> int:
-    """Training steps that cover `epochs` passes over `n_tasks` tasks at `prompts_per_step` tasks a step."""
-    return max(1, math.ceil(epochs * n_tasks / prompts_per_step))
+    """Training steps of `epochs` passes: epochs x floor(n_tasks / prompts_per_step), the reference's count.
+
+    A fractional `epochs` runs the whole passes and then the first part of the next one, rounded down to
+    a whole step (at least one step in all): 1.5 epochs of 10 steps each is 15 steps, 0.25 of 10 is 2.
+    """
+    return max(1, math.floor(epochs * steps_per_epoch(n_tasks, prompts_per_step) + 1e-9))
+
+
+def data_slot(position: int, n_tasks: int, prompts_per_step: int) -> tuple[int, int]:
+    """(pass, offset): where the batch at data position `position` (tasks consumed so far) lies.
+
+    A pass over the data holds `steps_per_epoch` whole batches; the tasks past them are not trained on
+    in that pass (each pass is a new permutation, so a different tail is left out each time). A
+    position that does not fall on a batch of its pass (a resume with another `prompts_per_step`) moves
+    to the start of the next pass, so that no batch mixes two passes.
+    """
+    usable = steps_per_epoch(n_tasks, prompts_per_step) * prompts_per_step
+    epoch, offset = divmod(position, usable)
+    if offset + prompts_per_step > usable:
+        epoch, offset = epoch + 1, 0
+    return epoch, offset

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_train.config import TrainConfig, needed_model_len
+from drmas_train.config import TrainConfig, needed_model_len, steps_for_epochs
 from drmas_train.plan.data import (
     PromptCounter,
     eval_kwargs,
@@ -33,7 +33,7 @@ from drmas_train.plan.ranks import (
     rank_memory,
     rollout_rank_memory,
 )
-from drmas_train.plan.timing import CPU_2CORE, H100, EngineLoad, Hardware, learner_s, turn_s
+from drmas_train.plan.timing import CPU_2CORE, GPUS, EngineLoad, Hardware, learner_s, turn_s
 
 REPLY_FILL = 0.5
 """Assumed mean reply length as a share of the response cap (docs/scaling.md assumes 2,000 of 4,096 for
@@ -197,7 +197,7 @@ def _estimate(
     gen_dtype: str,
 ) -> dict[str, Any]:
     gpu, backend, env_id = memory["device"] == "gpu", memory["_backend"], cfg.env.id
-    hw: Hardware = H100 if gpu else CPU_2CORE
+    hw: Hardware = GPUS[cfg.placement.gpu_kind] if gpu else CPU_2CORE
     if not gpu and backend != "vllm":
         hw = replace(hw, bandwidth_efficiency=hw.bandwidth_efficiency * 56 / 167)
     turns, turns_from = turn_agents(env_id, cfg.env.kwargs, agents)
@@ -302,6 +302,16 @@ def build_plan(
     import drmas_envs
 
     env, train = load_env(cfg.env.id, cfg.env.kwargs, "train")
+    per_step = cfg.rollout.prompts_per_step
+    per_epoch = train.size // per_step if train.size else None  # whole batches: the trainer's count
+    steps_from = "steps"
+    if train.size and not per_epoch:
+        steps_from = f"`steps`; the {train.size} training tasks do not fill one batch of {per_step}: the run stops"
+    elif cfg.epochs is not None and train.size:
+        cfg = replace(cfg, steps=steps_for_epochs(cfg.epochs, train.size, per_step))
+        steps_from = f"{cfg.epochs:g} epochs x {per_epoch} steps per epoch (the trainer's count)"
+    elif cfg.epochs is not None:
+        steps_from = f"`steps`: {cfg.epochs:g} epochs cannot be counted without the training data"
     probe = env or drmas_envs.make(cfg.env.id)  # the agents, from the env's built-in data when the set is missing
     agents = list(probe.possible_agents)
     ev = None
@@ -324,7 +334,6 @@ def build_plan(
     engines = memory.pop("_engines")
     for key in ("_rows", "_eval_used", "_backend"):
         memory.pop(key)
-    steps_per_epoch = math.ceil(train.size / cfg.rollout.prompts_per_step) if train.size else None
     missing = [d.missing for d in (train, ev) if d is not None and d.missing]
     return {
         "preset": preset,
@@ -334,9 +343,10 @@ def build_plan(
         "eval_dataset": asdict(ev) if ev else None,
         "missing_data": missing,
         "steps": cfg.steps,
+        "steps_from": steps_from,
         "episodes_per_step": cfg.rollout.prompts_per_step * cfg.rollout.group_size,
-        "steps_per_epoch": steps_per_epoch,
-        "epochs": round(cfg.steps / steps_per_epoch, 2) if steps_per_epoch else None,
+        "steps_per_epoch": per_epoch,
+        "epochs": cfg.epochs if cfg.epochs is not None else round(cfg.steps / per_epoch, 2) if per_epoch else None,
         "prompt_tokens": prompts,
         "truncated_share": prompts.get("truncated_share"),
         "models": [

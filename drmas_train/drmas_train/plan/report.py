@@ -63,9 +63,10 @@ def render(plan: dict[str, Any]) -> str:
     lines += _dataset(plan["train_dataset"], "train data")
     lines += _dataset(plan["eval_dataset"], "eval data")
     spe = plan["steps_per_epoch"]
+    per_epoch = f"{spe} steps per epoch ({plan['epochs']} epochs)" if spe is not None else None
     lines.append(
-        f"steps: {plan['steps']} x {plan['episodes_per_step']} episodes; "
-        + (f"{spe} steps per epoch ({plan['epochs']} epochs)" if spe else "steps per epoch: unknown (no training data)")
+        f"steps: {plan['steps']} x {plan['episodes_per_step']} episodes (from {plan['steps_from']}); "
+        + (per_epoch or "steps per epoch: unknown (no training data)")
     )
     lines += _prompts(plan["prompt_tokens"])
     lines.append("models:")

@@ -53,6 +53,31 @@ H100 = Hardware(
 )
 """The reference's GPU; the learner's MFU is the one GPU measurement this project has."""
 
+_MFU_SOURCE = "MFU 0.24: the H100's figure, assumed (the one GPU measurement this project has)"
+
+H200 = Hardware(
+    name="NVIDIA H200 SXM",
+    bandwidth_gbs=4800.0,
+    bandwidth_efficiency=0.7,
+    flops_fp32=67e12,
+    flops_bf16=989e12,
+    mfu=0.24,
+    source=f"NVIDIA's H200 SXM datasheet (4.8 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s bf16 dense); {_MFU_SOURCE}",
+)
+
+A100_80GB = Hardware(
+    name="NVIDIA A100 80GB SXM",
+    bandwidth_gbs=2039.0,
+    bandwidth_efficiency=0.7,
+    flops_fp32=19.5e12,
+    flops_bf16=312e12,
+    mfu=0.24,
+    source=f"NVIDIA's A100 80GB SXM datasheet (2,039 GB/s, 19.5 TFLOP/s fp32, 312 TFLOP/s bf16 dense); {_MFU_SOURCE}",
+)
+
+GPUS: dict[str, Hardware] = {"h100-sxm": H100, "h200": H200, "a100-80gb": A100_80GB}
+"""The figures of each `placement.gpu_kind`."""
+
 CPU_2CORE = Hardware(
     name="this project's 2-core AMD EPYC (calibrated)",
     bandwidth_gbs=5.6,

@@ -3,7 +3,8 @@
 Each step, in order:
 
 1. Data: the next B tasks of a seeded permutation of the env's task list (a new permutation,
-   seed + epoch, each pass); the data position is one integer, saved in checkpoints.
+   seed + epoch, each pass), whole batches only: a pass drops its last partial batch, as the reference's
+   loader does, so no batch mixes two passes; the data position is one integer, saved in checkpoints.
 2. Rollout: B x n episodes run in lock-step; each round the pending calls are grouped by engine,
    one batch per model (LoRA adapters of one base share a batch). Every call is a sample, recorded
    with its exact prompt and sampled ids, its sampling temperature and its sampling log-probs
@@ -53,7 +54,7 @@ import torch
 import drmas_envs
 from drmas_train.algorithm import advantages as adv_mod
 from drmas_train.algorithm.group_stats import GroupWarnings, group_stats
-from drmas_train.config import TrainConfig, save_config, steps_for_epochs
+from drmas_train.config import TrainConfig, data_slot, save_config, steps_for_epochs, steps_per_epoch
 from drmas_train.engines.assignment import agent_to_policy, resolve_engine
 from drmas_train.learner.allocator import keep_freed_memory
 from drmas_train.learner.policy_ops import seed_everything
@@ -131,6 +132,7 @@ class Trainer:
         }
         self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
         self.n_tasks = len(probe.unwrapped.tasks)
+        steps_per_epoch(self.n_tasks, cfg.rollout.prompts_per_step)  # one batch must fit in a pass
         if cfg.epochs is not None:
             cfg.steps = steps_for_epochs(cfg.epochs, self.n_tasks, cfg.rollout.prompts_per_step)
             log.info(
@@ -187,12 +189,12 @@ class Trainer:
             self.workers.close()
 
     def _tasks_at(self, position: int) -> list[int]:
-        """The B task indices from data position `position` on (a new seeded permutation per pass over the data)."""
-        out = []
-        for i in range(position, position + self.cfg.rollout.prompts_per_step):
-            epoch, pos = divmod(i, self.n_tasks)
-            out.append(int(self.task_order(self.cfg.seed + epoch)[pos]))
-        return out
+        """The B task indices of the batch at data position `position`: whole batches of one pass's seeded
+        permutation, never two passes in one batch (`config.data_slot`).
+        """
+        per_step = self.cfg.rollout.prompts_per_step
+        epoch, offset = data_slot(position, self.n_tasks, per_step)
+        return [int(i) for i in self.task_order(self.cfg.seed + epoch)[offset : offset + per_step]]
 
     def _rollout(self, step: int, position: int) -> RolloutBatch:
         """Step `step`'s batch: the tasks at data position `position`, sampled at the step's seed."""
