@@ -123,6 +123,10 @@ def run_case(folder, batch, micro: int, lora: bool, dp=None, ppo=None) -> dict:
     grads = {n: (None if p.grad is None else full_tensor(p.grad).clone()) for n, p in learner.model.named_parameters()}
     learner.optimizer.zero_grad(set_to_none=True)
     metrics = learner.update(batch)
+    if (ppo or {}).get("optimizer_offload"):  # a second update moves the offloaded state back in, then out
+        metrics = learner.update(batch)
+        assert [d for d, _ in learner.optimizer_moves] == ["in", "out", "in", "out"]
+        assert learner.optimizer_moves[2][1] == learner.optimizer_moves[3][1] > 0
     trained = {id(p) for p in learner.params}
     named = learner.model.named_parameters()
     weights = {n: full_tensor(p.detach()).clone() for n, p in named if id(p) in trained}
@@ -190,6 +194,9 @@ WEIGHT_ATOL = 1e-5  # lr / 100 (the test learner's lr is 1e-3): see the step che
         # LoRA, 3 micro-batches: a padding pass, "b" stays None; KL through peft's disabled adapters.
         (2, 5, 2, ("a",), "fsdp", KL),
         (2, 6, 3, ("a", "b"), "fsdp", None),  # LoRA: rank 0 trains adapter "a" while rank 1 trains "b"
+        # AdamW's state on the host between updates: each rank moves its replica or its shard (DTensors).
+        (2, 7, 2, (None,), "replicate", {"optimizer_offload": True, "mini_batches": 2}),
+        (2, 7, 2, (None,), "fsdp", {"optimizer_offload": True, "mini_batches": 2}),
     ],
 )
 def test_ranks_reproduce_the_single_process_gradient_metrics_and_step(

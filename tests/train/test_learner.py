@@ -291,3 +291,23 @@ def test_loss_denominator_by_hand():
     assert loss_denominator("micro_token_mean", 3, 10, 4) == 12.0
     with pytest.raises(ValueError, match="unknown loss_agg"):
         loss_denominator("seq_mean", 3, 10, 4)
+
+
+def test_optimizer_offload_moves_the_state_out_and_in_once_per_update_and_changes_no_number(model):
+    records = random_records(6, model.config.vocab_size, seed=7)
+    config = {"lr": 1e-2, "mini_batches": 2, "micro_batch_size": 2}
+    on_device = Learner(copy.deepcopy(model), PPOConfig(**config))
+    offloaded = Learner(copy.deepcopy(model), PPOConfig(**config, optimizer_offload=True))
+    n_state = 2 * len(offloaded.params)  # AdamW's exp_avg and exp_avg_sq per parameter
+    for update in range(3):
+        kept = {id(v) for s in offloaded.optimizer.state.values() for v in s.values() if torch.is_tensor(v)}
+        assert on_device.update(records) == offloaded.update(records)
+        # exactly one move in and one out per update; the first update's "in" finds no state yet
+        assert offloaded.optimizer_moves[2 * update :] == [("in", n_state if update else 0), ("out", n_state)]
+        held = [v for s in offloaded.optimizer.state.values() for k, v in s.items() if k != "step"]
+        assert {v.device.type for v in held} == {"cpu"} and not kept & {id(v) for v in held}  # new copies
+    for a, b in zip(on_device.params, offloaded.params):
+        assert torch.equal(a, b)
+    for a, b in zip(on_device.optimizer.state.values(), offloaded.optimizer.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert on_device.optimizer_moves == []

@@ -91,6 +91,11 @@ class PPOConfig:
     checkpointing or FSDP. Not in the reference (verl compiles its log-prob and entropy helpers only)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: one more forward pass per step, much less memory on long contexts."""
+    optimizer_offload: bool = False
+    """Keep AdamW's state in host memory between updates: it moves to the parameters' device before each
+    update and back to the host after it, so the engines have that memory while they generate, at the cost
+    of two copies of the state per step (on a CPU-only machine each move is a copy). Works alone, replicated
+    and under FSDP (each rank moves its shard). Reference (verl): `fsdp_config.optimizer_offload=True`."""
     seed: int = 0
     """Seeds the mini-batch shuffle (only used when mini_batches > 1)."""
 

@@ -131,6 +131,8 @@ class Learner:
         vocab = getattr(model.config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
         self.chunk_tokens = max(1, int(cfg.logits_chunk_mib * 2**20 // (4 * vocab)))
         self.steps = 0  # optimizer steps taken or skipped
+        self.optimizer_moves: list[tuple[str, int]] = []
+        """Each move of the optimizer state under `optimizer_offload`: ("in" | "out", tensors moved)."""
         self._dp: DataParallel | None = None
         self.strategy = Alone()
         if dp is not None:
@@ -171,7 +173,7 @@ class Learner:
         metrics = UpdateMetrics()
         if not records:
             return metrics.result(n_samples=0)
-        with self._learning():
+        with self._learning(), self._optimizer_on_device():
             old: dict[int, torch.Tensor] = {}
             if cfg.old_logprobs != "sampled" and not (cfg.ppo_epochs == 1 and cfg.mini_batches == 1):
                 old = self._recompute_old(records)  # the policy moves within this update
@@ -270,6 +272,34 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return norm, group_norms
 
+    @contextmanager
+    def _optimizer_on_device(self) -> Iterator[None]:
+        """Under `optimizer_offload`: the optimizer state on the parameters' device for the block only."""
+        if not self.config.optimizer_offload:
+            yield
+            return
+        self._move_optimizer_state(to_host=False)
+        try:
+            yield
+        finally:
+            self._move_optimizer_state(to_host=True)
+
+    def _move_optimizer_state(self, *, to_host: bool) -> None:
+        """Copy every state tensor to the host (or back to its parameter's device), as verl's offload does.
+
+        A copy even where source and target are one device (a CPU-only machine), so the move is real there
+        too. AdamW's `step` counters stay where they are (host scalars unless `capturable`). No pinned
+        memory: the copies are synchronous.
+        """
+        moved = 0
+        for param, state in self.optimizer.state.items():
+            device = torch.device("cpu") if to_host else param.device
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, copy=True)
+                    moved += 1
+        self.optimizer_moves.append(("out" if to_host else "in", moved))
+
     # ---- forward passes -------------------------------------------------------------------------
     @contextmanager
     def _learning(self) -> Iterator[None]:
@@ -355,6 +385,8 @@ class Learner:
         """Restore what `state_dict` saved (under FSDP every rank gets the same whole state)."""
         self.strategy.load_optimizer_state(self.optimizer, state["optimizer"])
         self.steps = int(state["steps"])
+        if self.config.optimizer_offload:  # loaded onto the parameters' device: to the host until the next update
+            self._move_optimizer_state(to_host=True)
 
 
 def loss_denominator(loss_agg: str, micro_tokens: int, minibatch_tokens: int, n_micro: int) -> float:
