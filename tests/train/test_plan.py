@@ -254,3 +254,42 @@ def test_a_rollout_pool_holds_the_engines_and_the_learner_pool_none(capsys):
     est = plan_json(capsys, *base, *split, *async_)["estimate"]
     assert est["step_s"] == max(est["rollout_s_per_step"], est["learner_s_per_step"])
     assert est["gpus"] == 4
+
+
+TODAY = {  # per-rank totals of the paper presets on their 4-GPU pools, before offload, sleep or phases existed
+    "math-2x-qwen3-4b": 98.18,
+    "search-3x-qwen2.5-7b": 144.87,
+    "search-3x-qwen2.5-3b": 74.23,
+    "search-shared-qwen2.5-7b": 86.40,
+    "search-heterogeneous": 120.27,
+}
+
+
+@pytest.mark.parametrize("preset", sorted(TODAY))
+def test_with_the_new_fields_off_the_plan_gives_the_old_figures(preset, capsys):
+    p = plan_json(capsys, "--preset", preset, "--set", "learner.optimizer_offload=false")
+    assert p["gpu_memory_gib"]["per_rank"][0]["total"] == pytest.approx(TODAY[preset], abs=0.005)
+
+
+def test_optimizer_offload_saves_only_in_the_rollout_phase_and_costs_host_memory(capsys):
+    args = ("--preset", "search-3x-qwen2.5-3b")
+    on = plan_json(capsys, *args, "--set", "learner.optimizer_offload=true")["gpu_memory_gib"]
+    off = plan_json(capsys, *args, "--set", "learner.optimizer_offload=false")["gpu_memory_gib"]
+    r_on, r_off = on["per_rank"][0], off["per_rank"][0]
+    assert r_on["update_phase"] == r_off["update_phase"] and r_on["startup"] == r_off["startup"]
+    assert r_on["rollout_phase"] == pytest.approx(r_off["rollout_phase"] - r_on["optimizer"], abs=0.002)
+    assert r_on["optimizer"] > 0 and r_on["host_steady"] == r_on["optimizer"] and r_off["host_steady"] == 0
+    assert on["host_per_node"]["steady"] == pytest.approx(4 * r_on["optimizer"], abs=0.01)
+    assert r_on["total"] == max(r_on["rollout_phase"], r_on["update_phase"])
+
+
+def test_the_start_up_peak_holds_every_model_whole_and_has_its_own_verdict(capsys):
+    p = plan_json(capsys, "--preset", "search-3x-qwen2.5-7b")
+    rank = p["gpu_memory_gib"]["per_rank"][0]
+    whole = sum(m["params"] for m in p["models"]) * 4 / 2**30  # three fp32 7B models, unsharded
+    assert rank["startup"] == pytest.approx(whole + rank["engines"] + rank["runtime"], abs=0.01)
+    assert (
+        p["gpu_memory_gib"]["startup_fits"] is False and "start-up needs" in p["gpu_memory_gib"]["startup_problems"][0]
+    )
+    small = plan_json(capsys, "--preset", "search-3x-qwen2.5-7b", "--set", "placement.host_memory_gib=100")
+    assert small["gpu_memory_gib"]["host_per_node"]["fits"] is False

@@ -46,6 +46,12 @@ class PlacementConfig:
     gpu_memory_gib: float = 79.6
     """Memory of one GPU in GiB: what `drmas-train plan` checks each rank's memory against (the
     reference's H100 80GB, which reports 81,559 MiB; an H200: 139.8)."""
+    host_memory_gib: float = 1843.0
+    """Host memory of one node in GiB: what `drmas-train plan` checks a node's host memory against (the
+    offloaded optimizer state of its ranks, and the models each rank loads on the host at start-up). The
+    default is an 8 x H100 DGX node's 2 TB as `free -g` reports it."""
+    gpus_per_node: int = 8
+    """GPUs of one node: how many pool ranks `drmas-train plan` counts on one node's host memory."""
     gpu_kind: GpuKind = "h100-sxm"
     """The GPU model: `drmas-train plan` estimates time from its datasheet bandwidth and FLOP/s and names it
     in its report. Its memory is `gpu_memory_gib`, declared apart."""
@@ -82,3 +88,5 @@ class PlacementConfig:
                 )
         if self.gpu_memory_gib <= 0:
             raise ValueError(f"placement.gpu_memory_gib must be > 0, got {self.gpu_memory_gib}")
+        if self.host_memory_gib <= 0 or self.gpus_per_node < 1:
+            raise ValueError("placement.host_memory_gib must be > 0 and placement.gpus_per_node >= 1")

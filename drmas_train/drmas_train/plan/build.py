@@ -161,6 +161,12 @@ def _memory_section(
         kw = dict(gpu=gpu, capacity=capacity(pooled), backend=backend, gen_dtype=gen_dtype)
         rows.append(rollout_rank_memory(cfg, models, pooled, **kw))
     unknown = [mp.name for pool in pools for mp in pool.models if mp.arch is None]
+    startup_problems = [
+        f"pool {r.pool} rank(s) {r.ranks}: start-up needs {r.startup / GIB:.1f} GiB of {r.capacity / GIB:.1f} GiB "
+        "(every model of the pool whole before sharding, and its engines)"
+        for r in rows
+        if r.startup > r.capacity
+    ]
     return {
         "device": "gpu" if gpu else "cpu",
         "declared": declared if gpu else round(_host_bytes() / GIB, 1),
@@ -169,6 +175,10 @@ def _memory_section(
         "_engines": [_engine_dict(e) for r in rows if r.ranks.startswith("0") for e in r.engine_plans],
         "unknown_models": unknown,
         "fits": None if unknown else all(not r.problems for r in rows),
+        "phases": "total = the larger of rollout_phase and update_phase; startup apart",
+        "startup_fits": None if unknown else not startup_problems,
+        "startup_problems": startup_problems,
+        "host_per_node": _host_per_node(cfg, pools, rows) if gpu else None,
         "basis": (
             f"micro-batch of {cfg.learner.micro_batch_size} calls of max_model_len "
             f"{cfg.models.engine.max_model_len} tokens (the longest a call can be), "
@@ -184,6 +194,26 @@ def _memory_section(
         ),
         "projection": gpu,
         "_rows": rows,
+    }
+
+
+def _host_per_node(cfg: TrainConfig, pools: list[PoolPlan], rows: list[Any]) -> dict[str, Any]:
+    """Host memory of one node: its ranks' offloaded optimizer state, and what they load at start-up.
+
+    A bound: every rank of the node counted at the largest per-rank figure of any pool.
+    """
+    sizes = [p.size for p in pools] + [s for s in [cfg.placement.rollout_pool] if s is not None]
+    ranks = min(sum(s.ranks for s in sizes), cfg.placement.gpus_per_node)
+    steady = ranks * max((r.host_steady for r in rows), default=0)
+    startup = ranks * max((r.host_startup for r in rows), default=0)
+    capacity = cfg.placement.host_memory_gib * GIB
+    return {
+        "ranks": ranks,
+        "steady": round(steady / GIB, 3),
+        "startup": round(startup / GIB, 3),
+        "capacity": cfg.placement.host_memory_gib,
+        "fits": max(steady, startup) <= capacity,
+        "basis": "steady: the offloaded optimizer state of each rank; startup: each rank's largest model whole",
     }
 
 

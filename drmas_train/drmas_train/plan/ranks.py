@@ -147,11 +147,39 @@ class RankMemory:
     total_typical: int | None = None
     """The total at the measured prompt lengths (set by the caller); None without measured prompts."""
     engine_plans: list[EnginePlan] = field(default_factory=list)
+    optimizer_offloaded: bool = False
+    """AdamW's state lives on the host outside updates (`learner.optimizer_offload`)."""
+    startup: int = 0
+    """The start-up peak: every model of the pool whole in `models.dtype` (built before sharding), its
+    engines and the runtime."""
+    host_startup: int = 0
+    """Host memory at start-up: the largest model whole (each is loaded on the host, then moved)."""
+
+    @property
+    def rollout_phase(self) -> int:
+        """Generating: the engines, the weights, and the optimizer state unless it is offloaded (no gradients:
+        they are freed after each update, no activations).
+        """
+        optimizer = 0 if self.optimizer_offloaded else self.optimizer
+        return self.weights + optimizer + self.engines + self.runtime
+
+    @property
+    def update_phase(self) -> int:
+        """Training one model: its gradients, activations, logits and FSDP gathers beside the weights, the
+        optimizer state (on the device for the update) and the engines (resident).
+        """
+        parts = (self.weights, self.gradients, self.optimizer, self.activations, self.logits, self.fsdp_gather)
+        return sum(parts) + self.engines + self.runtime
 
     @property
     def total(self) -> int:
-        parts = (self.weights, self.gradients, self.optimizer, self.activations, self.logits, self.fsdp_gather)
-        return sum(parts) + self.engines + self.runtime
+        """The steady peak: the larger phase (the start-up peak is reported apart)."""
+        return max(self.rollout_phase, self.update_phase)
+
+    @property
+    def host_steady(self) -> int:
+        """Host memory between updates: the offloaded optimizer state."""
+        return self.optimizer if self.optimizer_offloaded else 0
 
     @property
     def problems(self) -> list[str]:
@@ -179,7 +207,12 @@ class RankMemory:
             "ranks": self.ranks,
             **gib,
             "runtime": round(self.runtime / GIB, 3),
+            "rollout_phase": round(self.rollout_phase / GIB, 3),
+            "update_phase": round(self.update_phase / GIB, 3),
             "total": round(self.total / GIB, 3),
+            "startup": round(self.startup / GIB, 3),
+            "host_steady": round(self.host_steady / GIB, 3),
+            "host_startup": round(self.host_startup / GIB, 3),
             "total_typical": None if self.total_typical is None else round(self.total_typical / GIB, 3),
             "capacity": round(self.capacity / GIB, 3),
             "fits": not self.problems,
@@ -224,6 +257,7 @@ def rank_memory(
     tokens_per_call = tokens_per_call or int(cfg.models.engine.max_model_len or 0)
     caps = [cfg.rollout.max_new_tokens, *(o.max_new_tokens for o in cfg.agents.values() if o and o.max_new_tokens)]
     out = RankMemory(pool.name, rank, capacity=capacity, runtime=int(CUDA_CONTEXT_GIB * GIB) if gpu else 0)
+    out.optimizer_offloaded = learner.optimizer_offload
     transient: TrainState | None = None
     for mp in pool.models:
         if mp.arch is None:
@@ -245,6 +279,9 @@ def rank_memory(
         )
         out.weights += state.weights
         out.optimizer += state.optimizer
+        whole = mp.arch.n_params() * b
+        out.startup += whole
+        out.host_startup = max(out.host_startup, whole)
         if transient is None or state.transient > transient.transient:
             transient = state
         if generates:
@@ -252,6 +289,7 @@ def rank_memory(
             out.engine_plans.append(ep)
             out.engines += ep.memory
             out.kv_cache += ep.kv_cache
+    out.startup += out.engines + out.runtime
     if transient is not None:
         out.gradients, out.activations = transient.gradients, transient.activations
         out.logits, out.fsdp_gather = transient.logits, transient.gather

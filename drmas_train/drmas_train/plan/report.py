@@ -41,11 +41,23 @@ def _memory(m: dict[str, Any]) -> list[str]:
     for r in m["per_rank"]:
         row = "".join(f"{r[c]:>12.2f}" for c in cols)
         lines.append(f"  {r['pool'] + ' ' + r['ranks']:<18}{row}   {'fits' if r['fits'] else 'DOES NOT FIT'}")
+        lines.append(
+            f"    phases: rollout {r['rollout_phase']:.2f}, update {r['update_phase']:.2f} (total: the larger); "
+            f"start-up {r['startup']:.2f}"
+        )
         if r["total_typical"] is not None:
             lines.append(
                 f"    at the measured prompt lengths ({m['typical_call_tokens']}-token calls): {r['total_typical']:.2f}"
             )
         lines += [f"    - {p}" for p in r["problems"]]
+    lines += [f"  - {p}" for p in m["startup_problems"]]
+    host = m["host_per_node"]
+    if host:
+        lines.append(
+            f"  host memory per node ({host['ranks']} ranks), GiB: steady {host['steady']:.1f} (offloaded optimizer "
+            f"state), start-up {host['startup']:.1f} (each rank's largest model whole), against {host['capacity']} "
+            f"(placement.host_memory_gib): {'fits' if host['fits'] else 'DOES NOT FIT'}"
+        )
     if m["unknown_models"]:
         lines.append(f"  not planned (architecture unknown): {', '.join(m['unknown_models'])}")
     if m["projection"]:
