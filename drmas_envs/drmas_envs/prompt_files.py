@@ -75,10 +75,28 @@ def _read(path: Path) -> Any:
         except ImportError as exc:
             raise PromptFileError(f"{path}: reading YAML needs PyYAML (pip install pyyaml), or use JSON") from exc
         try:
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_loader_without_aliases(yaml))  # a SafeLoader: no object-building tags
         except yaml.YAMLError as exc:
             raise PromptFileError(f"{path}: not valid YAML ({exc})") from exc
+        except _AliasFound as exc:
+            raise PromptFileError(f"{path}:{exc.args[0]}: YAML aliases (*name) are not accepted") from None
     raise PromptFileError(f"{path}: a prompts file is .json, .yaml or .yml")
+
+
+class _AliasFound(Exception):
+    """An alias at the given line."""
+
+
+def _loader_without_aliases(yaml: Any) -> type:
+    """PyYAML's SafeLoader, refusing aliases: nested ones turn a few hundred bytes into gigabytes."""
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise _AliasFound(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+
+    return Loader
 
 
 def _template(entry: Any, where: str) -> PromptTemplate:

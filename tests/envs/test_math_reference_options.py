@@ -155,3 +155,17 @@ def test_prompts_file_unreadable(tmp_path):
     (tmp_path / "p.json").write_text("{\n'solver': 1}")
     with pytest.raises(PromptFileError, match=r"p.json: not valid JSON \(line 2"):
         drmas_envs.make("math-2agent", prompts_file=str(tmp_path / "p.json"))
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+"""A "billion laughs": nine levels of nine aliases, 9^9 strings from a few hundred bytes."""
+
+
+def test_a_yaml_alias_bomb_prompts_file_is_refused_before_it_expands(tmp_path):
+    (tmp_path / "p.yaml").write_text(BOMB)
+    with pytest.raises(PromptFileError, match=r"p.yaml:2: YAML aliases \(\*name\) are not accepted"):
+        drmas_envs.make("math-2agent", prompts_file=str(tmp_path / "p.yaml"))
+    (tmp_path / "anchor.yaml").write_text("solver: &s {system: S, user: 'u {problem}'}\n")
+    drmas_envs.make("math-2agent", prompts_file=str(tmp_path / "anchor.yaml"))  # an anchor alone is harmless

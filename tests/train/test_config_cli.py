@@ -348,3 +348,21 @@ def test_epochs_set_the_steps_from_the_data(tmp_path):
         trainer.close()
     recorded = load_preset(str(tmp_path / "run" / "config.yaml"))
     assert recorded["steps"] == cfg.steps
+
+
+def test_yaml_aliases_are_refused_in_presets_and_set_values_before_they_expand(tmp_path, capsys):
+    from drmas_train.config import load_preset
+
+    bomb = "steps: 1\nx: &a [y, y, y, y, y, y, y, y, y]\n" + "".join(
+        f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+    )  # nine levels of nine aliases: 9^9 strings from a few hundred bytes
+    path = _write(tmp_path / "bomb.yaml", bomb)
+    assert main(["--preset", path, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error:") and len(err.strip().splitlines()) == 1
+    assert f"{path}: line 3: YAML aliases (*name) are not accepted" in " ".join(err.split())
+    with pytest.raises(SystemExit) as stop:  # a bad --set is a usage error of the command line
+        main(["--preset", "smoke", "--set", "env.kwargs.level=[&a 1, *a]", "--print-config"])
+    assert stop.value.code == 2
+    assert "--set env.kwargs.level: line 1: YAML aliases" in " ".join(capsys.readouterr().err.split())
+    assert load_preset(_write(tmp_path / "anchor.yaml", "steps: &n 3\n")) == {"steps": 3}  # an anchor alone

@@ -123,12 +123,32 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[last] = value
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses aliases (`*name`): a few hundred bytes of nested aliases expand to
+    gigabytes (a "billion laughs"), and no config needs them. Anchors alone are harmless and accepted.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise ValueError(f"line {mark.line + 1}: YAML aliases (*name) are not accepted; write the value out")
+        return super().compose_node(parent, index)
+
+
+def read_yaml(text: str, source: str = "") -> Any:
+    """YAML read safely (no tags that build objects, no aliases); `source` prefixes an error (a file's name)."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader: no object-building tags
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}" if source else str(exc)) from None
+
+
 def parse_assignment(text: str) -> tuple[str, Any]:
     """Split "a.b=value" into ("a.b", parsed value); the value is read as YAML (1e-5, true, [a, b], null)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"expected section.field=value, got {text!r}")
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    value = read_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
     if isinstance(value, str) and _is_float(raw.strip()):  # YAML 1.1 reads "1e-5" as a string
         value = float(raw)
     return key.strip(), value
@@ -154,7 +174,7 @@ def load_preset(name: str) -> dict[str, Any]:
         path = PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no preset {name!r}; shipped presets: {', '.join(list_presets())}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path.read_text(), str(path)) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a preset must be a mapping")
     for key in RECORDS:
