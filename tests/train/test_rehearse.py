@@ -39,11 +39,15 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def retrieval_service(tmp_path_factory):
-    """A real retrieval service on loopback (BM25 over real Wikipedia passages), as the search presets expect one."""
+    """A real retrieval service on loopback (BM25 over real Wikipedia passages, or made-up ones without the
+    shared data), as the search presets expect one; with a query its first passage answers."""
     root = tmp_path_factory.mktemp("retrieval")
-    retriever = get_retriever("bm25", str(rehearsal.paper_search_corpus(root)), index_dir=str(root / "index"))
+    corpus = rehearsal.paper_search_corpus(root)
+    retriever = get_retriever("bm25", str(corpus), index_dir=str(root / "index"))
     server, _ = serve_in_thread(retriever, ServiceConfig(port=0))
-    yield server.url
+    with open(corpus) as fh:
+        first = json.loads(fh.readline())
+    yield server.url, f"{first['title']} {first['text']}"
     server.shutdown()
     server.server_close()
 
@@ -69,7 +73,7 @@ def _cap(cfg, agent):
 def test_rehearse(preset, tmp_path, local_ray, request):
     data = load_preset(preset)
     search = data["env"]["id"].startswith("search")
-    url = request.getfixturevalue("retrieval_service") if search else None
+    url, query = request.getfixturevalue("retrieval_service") if search else (None, None)
     cfg = build_config(preset, rehearsal.overrides(data, tmp_path, retriever_url=url))
     reference = build_config(preset)
 
@@ -86,7 +90,7 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     assert train_data["dataset"] == reference.env.kwargs["dataset"] and train_data["origin"] == "local"
     if search:  # the env's retriever is the loopback service, and it answers with real passages
         retriever = trainer.envs[0].unwrapped._factory.kwargs["retriever"]
-        assert retriever.url.startswith(url) and retriever.search(["Linda Davis"], 3)[0]
+        assert retriever.url.startswith(url) and retriever.search([query], 3)[0]
     rows = trainer.train()
 
     assert [r["step"] for r in rows] == [1]
