@@ -97,6 +97,12 @@ def train_parser() -> ArgParser:
     p.add_argument("--run-dir", default=None, help="where logs and checkpoints go (log.run_dir)")
     p.add_argument("--seed", type=int, default=None, help="seed of data order, sampling and init")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="--resume from a checkpoint that holds pickled objects (the old format, or another program's): only "
+        "for a source you trust, as loading it can run code",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config field")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument(
@@ -150,3 +156,23 @@ def report_error(console: Console, kind: str, exc: BaseException, verbose: bool 
     console.print(f"[red]{kind}:[/red] {escape(message)}", soft_wrap=True, highlight=False)
     if verbose:
         console.print_exception()
+
+
+def check_saved_env(env_id: str, named: str | None, source: str) -> None:
+    """Refuse a `module:attr` env reference read from a run folder's config unless the command line names it.
+
+    Building such an env imports the module the file names and calls what it names, so a shared run
+    folder could run any code on `--resume` or `eval --checkpoint`; registered and installed env ids run
+    only what is installed. `named`: the env id the user gave on the command line, if any.
+
+    Raises:
+        ValueError: a reference the user did not name again.
+
+    """
+    import drmas_envs
+
+    if ":" in env_id and env_id != named and env_id not in drmas_envs.list_envs():
+        raise ValueError(
+            f"{source}: env.id {env_id!r} imports and runs code the file names; it is not a registered or installed "
+            f"env, so it was not loaded: if you trust this run folder, name it again (--env {env_id})"
+        )

@@ -14,6 +14,7 @@ engines' included, go to standard error.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 
 from drmas_envs.cli import EVAL_DEFAULTS, add_eval_arguments
 from drmas_envs.evaluate import result_table
+from drmas_train.cli.args import check_saved_env
 from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices, default_preset
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,12 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu, cuda or auto")
     p.add_argument("--backend", default=None, choices=choices(BackendName), help="generation engine")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="load a checkpoint that holds pickled objects (the old format, or another program's): only for a "
+        "source you trust, as loading it can run code",
+    )
     return p
 
 
@@ -124,29 +132,34 @@ def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
     else:
         folder, base = None, args.preset or default_preset(args.env)
     cfg = build_config(str(base), _overrides(args, []))
+    if folder is not None:  # the run folder's config: a module it names is not imported unless named again
+        check_saved_env(cfg.env.id, args.env, str(base))
     own = [a for a, o in cfg.agents.items() if o.max_new_tokens is not None or o.stop is not None]
     if own and (args.max_new_tokens is not None or args.stop is not None):
         cfg = build_config(str(base), _overrides(args, own))
     return cfg, folder
 
 
-def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict[str, Any]:
-    """The policy serving each agent: the run's models, with the checkpoint's weights when `folder` is set."""
+def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None, *, trust: bool = False) -> dict[str, Any]:
+    """The policy serving each agent: the run's models, with the checkpoint's weights when `folder` is set
+    (the weights alone: no optimizer or RNG state is read).
+    """
     from drmas_train.engines.assignment import agent_to_policy, build_policies, resolve_engine
     from drmas_train.learner.policy_ops import load_policy_weights, sync_engine
     from drmas_train.rollout.versions import WeightClock, version_engines
-    from drmas_train.run.checkpoint import load_checkpoint
+    from drmas_train.run.checkpoint import load_model_weights
 
     resolve_engine(cfg.models)
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
     policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
     if folder is not None:
-        ckpt = load_checkpoint(folder)
+        weights = load_model_weights(folder, trust=trust)
         for name, policy in policies.items():
-            load_policy_weights(policy, ckpt["weights"][name])
+            load_policy_weights(policy, weights[name])
             sync_engine(policy)  # a vLLM engine holds its own copy of the weights
         # the checkpoint's weights are the run's version `step`, as its validation reported them
-        version_engines(policies.values(), WeightClock(int(ckpt["state"]["step"])))
+        step = json.loads((folder / "state.json").read_text())["step"]
+        version_engines(policies.values(), WeightClock(int(step)))
     return agent_to_policy(policies)
 
 
@@ -169,7 +182,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     agents = list(probe.possible_agents)
     env_kwargs = validation.team_env_kwargs(cfg, probe)
     envs = validation.make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
-    serving = build_team(cfg, agents, folder)
+    serving = build_team(cfg, agents, folder, trust=args.trust_checkpoint)
     sampling = {a: validation.agent_sampling(cfg, a) for a in agents}
     result = validation.evaluate_team(envs, serving, sampling, cfg.eval, **validation.prompt_options(cfg, agents))
     e = cfg.eval

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from drmas_train.cli.args import CONFIG_ERRORS, SETUP_ERRORS, parse_train_args, report_error
+from drmas_train.cli.args import CONFIG_ERRORS, SETUP_ERRORS, check_saved_env, parse_train_args, report_error
 from drmas_train.config import build_config, default_preset
 
 console = Console(stderr=True)
@@ -87,7 +87,10 @@ def train_main(argv: list[str]) -> int:
         handlers=[RichHandler(console=console, show_path=False)],
     )
     try:
-        cfg = build_config(_preset_for(args, overrides), overrides)
+        preset = _preset_for(args, overrides)
+        cfg = build_config(preset, overrides)
+        if preset.endswith("config.yaml") and args.resume:  # a run folder's own config: code it names is not run
+            check_saved_env(cfg.env.id, overrides.get("env.id"), preset)
     except CONFIG_ERRORS as exc:
         report_error(console, "config error", exc, args.verbose)
         return 2
@@ -103,7 +106,7 @@ def train_main(argv: list[str]) -> int:
     from drmas_train.run.trainer import Trainer
 
     try:
-        trainer = Trainer(cfg, resume=args.resume)
+        trainer = Trainer(cfg, resume=args.resume, trust_checkpoint=args.trust_checkpoint)
     except WorkerDiedError as exc:  # a placed run's worker died while loading: one line naming it
         report_error(console, "error", exc, args.verbose)
         return 3

@@ -2,7 +2,12 @@
 
 A checkpoint `<run_dir>/checkpoints/step-000012/` holds, per policy, its weights (the whole model,
 or only its LoRA adapter) and its learner state (optimizer, counters), plus the RNG states
-(python, numpy, torch) and `state.json` (step, data position). A folder without `state.json`
+(python, numpy, torch: `rng.json`) and `state.json` (step, data position).
+
+Loading runs no code from the files: tensors are read with `torch.load(weights_only=True)` (tensors and
+plain values only; anything else is refused) and the RNG states are JSON. A checkpoint of the old
+format (`rng.pt`, a pickle) is refused unless the caller trusts its source (`trust=True`, the CLI's
+`--trust-checkpoint`). `load_model_weights` reads the weights alone, for evaluation. A folder without `state.json`
 (or one still named `.tmp-*`) is never read, so a run killed while saving resumes from the
 previous complete checkpoint. A disk too full for the checkpoint is said before anything is written
 (the tensors' size against the disk's free space), and a write that fails anyway removes its
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -24,21 +30,33 @@ import torch
 PREFIX = "step-"
 
 
+class UntrustedCheckpointError(ValueError):
+    """A checkpoint file holds more than tensors and plain values: loading it could run code."""
+
+
 def rng_state() -> dict[str, Any]:
-    """The python, numpy and torch RNG states."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The python, numpy and torch RNG states, as plain JSON values."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [version, list(words), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state().tolist(),
+    }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    """Restore what `rng_state` returned (or, from a trusted old checkpoint, its pickled objects)."""
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.as_tensor(state["torch"], dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([torch.as_tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
 
 def save_checkpoint(
@@ -71,7 +89,7 @@ def save_checkpoint(
             torch.save({k: v.detach().cpu() for k, v in tensors.items()}, tmp / f"weights-{name}.pt")
         for name, learner_state in learners.items():
             torch.save(learner_state, tmp / f"learner-{name}.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "rng.json").write_text(json.dumps(rng_state()))
         # state.json last: its presence marks a complete checkpoint.
         (tmp / "state.json").write_text(json.dumps({**state, "step": step}))
     except (OSError, RuntimeError) as e:  # torch reports a short write as a RuntimeError
@@ -136,13 +154,43 @@ def prune_checkpoints(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(folder: Path) -> dict[str, Any]:
-    """Read a checkpoint: {"state", "rng", "weights": {name: tensors}, "learners": {name: state}}."""
+def _load_tensors(path: Path, trust: bool) -> Any:
+    """A torch file of tensors and plain values; anything else is refused unless trusted."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if trust:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        raise UntrustedCheckpointError(
+            f"{path} holds more than tensors and plain values (a crafted file, or one from another program): "
+            "loading it could run code, so it was not loaded; if you trust its source, pass --trust-checkpoint"
+        ) from exc
+
+
+def load_model_weights(folder: Path, *, trust: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+    """Each policy's weights from a checkpoint, and nothing else (no optimizer, no RNG): what eval reads."""
+    return {p.stem[len("weights-") :]: _load_tensors(p, trust) for p in sorted(folder.glob("weights-*.pt"))}
+
+
+def load_checkpoint(folder: Path, *, trust: bool = False) -> dict[str, Any]:
+    """Read a checkpoint: {"state", "rng", "weights": {name: tensors}, "learners": {name: state}}.
+
+    Raises:
+        UntrustedCheckpointError: a file holds pickled objects (the old format's `rng.pt`, or a crafted
+            file) and `trust` is off.
+
+    """
     state = json.loads((folder / "state.json").read_text())
-    weights = {p.stem[len("weights-") :]: torch.load(p, map_location="cpu") for p in folder.glob("weights-*.pt")}
-    learners = {
-        p.stem[len("learner-") :]: torch.load(p, map_location="cpu", weights_only=False)
-        for p in folder.glob("learner-*.pt")
-    }
-    rng = torch.load(folder / "rng.pt", weights_only=False)
+    if (folder / "rng.json").is_file():
+        rng = json.loads((folder / "rng.json").read_text())
+    elif not trust:
+        raise UntrustedCheckpointError(
+            f"{folder} is a checkpoint of the old format, whose rng.pt is a pickle: loading it could run code, so "
+            "it was not loaded; if you trust its source, pass --trust-checkpoint (it is then read as before)"
+        )
+    else:
+        rng = torch.load(folder / "rng.pt", weights_only=False)
+        rng = {**rng, "python": list(rng["python"]), "numpy": list(rng["numpy"])}
+    weights = load_model_weights(folder, trust=trust)
+    learners = {p.stem[len("learner-") :]: _load_tensors(p, trust) for p in sorted(folder.glob("learner-*.pt"))}
     return {"state": state, "rng": rng, "weights": weights, "learners": learners}

@@ -1,0 +1,115 @@
+"""Nothing a checkpoint or run folder holds runs code when it is loaded: crafted pickles and env references
+are refused with one line, and the trusted old format still loads with the flag."""
+
+import pathlib
+import random
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from drmas_train.cli.main import main
+from drmas_train.config import build_config
+from drmas_train.run.checkpoint import (
+    UntrustedCheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from drmas_train.run.trainer import Trainer
+
+
+class Payload:
+    """What a crafted pickle carries: unpickling it creates `marker` (a stand-in for any command)."""
+
+    def __init__(self, marker: pathlib.Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return pathlib.Path.touch, (self.marker,)
+
+
+def _checkpoint(root: pathlib.Path) -> pathlib.Path:
+    weights = {"w": torch.arange(8.0)}
+    return save_checkpoint(
+        root, 1, policies={"p": weights}, learners={"p": {"m": torch.ones(2), "k": (1, "a")}}, state={}
+    )
+
+
+def test_a_checkpoint_is_tensors_and_json_and_loads_back(tmp_path):
+    random.seed(3)
+    np.random.seed(3)
+    torch.manual_seed(3)
+    folder = _checkpoint(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == ["learner-p.pt", "rng.json", "state.json", "weights-p.pt"]
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    ckpt = load_checkpoint(folder)
+    set_rng_state(ckpt["rng"])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    assert torch.equal(ckpt["weights"]["p"]["w"], torch.arange(8.0)) and ckpt["learners"]["p"]["k"] == (1, "a")
+    assert load_model_weights(folder).keys() == {"p"}
+
+
+@pytest.mark.parametrize("file", ["weights-p.pt", "learner-p.pt"])
+def test_a_crafted_tensor_file_runs_nothing(tmp_path, file):
+    folder, marker = _checkpoint(tmp_path / "ckpt"), tmp_path / "ran"
+    torch.save({"w": Payload(marker)}, folder / file)
+    with pytest.raises(UntrustedCheckpointError, match=f"{file} holds more than tensors .* --trust-checkpoint"):
+        load_checkpoint(folder)
+    assert not marker.exists()
+
+
+def test_an_old_pickled_rng_file_is_refused_unless_trusted(tmp_path):
+    folder, marker = _checkpoint(tmp_path / "ckpt"), tmp_path / "ran"
+    (folder / "rng.json").unlink()
+    torch.save({"python": Payload(marker)}, folder / "rng.pt")
+    with pytest.raises(UntrustedCheckpointError, match="old format, whose rng.pt is a pickle"):
+        load_checkpoint(folder)
+    assert not marker.exists()
+    # A genuine old checkpoint from a source the user trusts loads as before.
+    old = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    torch.save(old, folder / "rng.pt")
+    set_rng_state(load_checkpoint(folder, trust=True)["rng"])
+    assert rng_state()["python"][1] == list(old["python"][1])
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A finished one-step smoke run with a checkpoint."""
+    run = tmp_path_factory.mktemp("safe") / "run"
+    cfg = build_config("smoke", {"log.run_dir": str(run), "steps": 1, "eval.every": 0, "eval.before_train": False})
+    Trainer(cfg).train()
+    return run
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_resume_and_eval_refuse_a_crafted_checkpoint_in_one_line(run_dir, tmp_path, capsys):
+    marker = tmp_path / "ran"
+    folder = latest_checkpoint(run_dir / "checkpoints")
+    torch.save({"model.embed_tokens.weight": Payload(marker)}, folder / "weights-shared.pt")
+    assert main(["eval", "--checkpoint", str(run_dir), "--json"]) == 1
+    assert "holds more than tensors" in _one_line_error(capsys)
+    assert main(["--run-dir", str(run_dir), "--resume", "--steps", "2"]) == 1
+    assert "holds more than tensors" in _one_line_error(capsys)
+    assert not marker.exists()
+
+
+def test_a_run_folders_env_reference_is_not_imported_unless_named_again(run_dir, tmp_path, capsys):
+    marker = tmp_path / "ran"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["env"] = {"id": "os:system", "kwargs": {"command": f"touch {marker}"}, "format_penalty": None}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["eval", "--checkpoint", str(run_dir), "--json"]) == 1
+    assert "env.id 'os:system' imports and runs code the file names" in _one_line_error(capsys)
+    assert main(["--run-dir", str(run_dir), "--resume", "--steps", "2"]) == 2
+    assert "name it again (--env os:system)" in " ".join(_one_line_error(capsys).split())
+    assert not marker.exists()
