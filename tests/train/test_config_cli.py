@@ -366,3 +366,24 @@ def test_yaml_aliases_are_refused_in_presets_and_set_values_before_they_expand(t
     assert stop.value.code == 2
     assert "--set env.kwargs.level: line 1: YAML aliases" in " ".join(capsys.readouterr().err.split())
     assert load_preset(_write(tmp_path / "anchor.yaml", "steps: &n 3\n")) == {"steps": 3}  # an anchor alone
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("learner.lr=.nan", "config.learner.lr: expected a finite number"),
+        ("learner.lr=.inf", "config.learner.lr: expected a finite number"),
+        ("steps=1e400", "config.steps: expected a finite number"),
+        ("learner.lr=-1", "learner.lr must be > 0"),
+        ("rollout.temperature=-1", "rollout.temperature must be >= 0"),
+        ("rollout.top_p=0", "rollout.top_p must be in (0, 1]"),
+        ("rollout.prompts_per_step=1000000000", "rollout.prompts_per_step must be in [1, 1048576]"),
+        ("agents.solver.top_p=2", "agents.<agent>.top_p must be in (0, 1]"),
+        ("agents.solver.lr=0", "agents.<agent>.lr must be > 0"),
+    ],
+)
+def test_numbers_out_of_range_are_one_line_config_errors(setting, message, capsys):
+    assert main(["--preset", "smoke", "--set", setting, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error:") and len(err.strip().splitlines()) == 1
+    assert message in " ".join(err.split())

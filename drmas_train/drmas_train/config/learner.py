@@ -101,6 +101,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "learner")
+        if self.lr <= 0:
+            raise ValueError(f"learner.lr must be > 0, got {self.lr}")
         if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1 or self.tree_multiple < 1:
             raise ValueError("ppo_epochs, mini_batches, micro_batch_size and tree_multiple must be >= 1")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):

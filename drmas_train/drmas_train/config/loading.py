@@ -8,6 +8,7 @@ takes its choices), and unknown keys are rejected with the known ones named.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -18,6 +19,8 @@ import yaml
 from drmas_train.config.train import TrainConfig
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+MAX_NUMBER = 1e15
+"""The largest size any numeric field may have: past it a value is a typo or an attack, not a setting."""
 
 T = TypeVar("T")
 
@@ -72,8 +75,12 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise TypeError(f"{where}: expected true/false, got {value!r}")
         return value
     if tp in (int, float):
-        if isinstance(value, bool) or not isinstance(value, int | float) or (tp is int and value != int(value)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"{where}: expected {tp.__name__}, got {value!r}")
+        if not math.isfinite(value) or abs(value) > MAX_NUMBER:  # NaN, inf, 1e400: never a setting
+            raise ValueError(f"{where}: expected a finite number of at most {MAX_NUMBER:.0e} in size, got {value!r}")
+        if tp is int and value != int(value):
+            raise TypeError(f"{where}: expected int, got {value!r}")
         return tp(value)
     if tp is str:
         if not isinstance(value, str):

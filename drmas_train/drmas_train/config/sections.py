@@ -104,6 +104,23 @@ class RolloutConfig:
         check_choices(self, "rollout")
         if self.max_staleness < 0:
             raise ValueError(f"rollout.max_staleness must be >= 0, got {self.max_staleness}")
+        for name in ("prompts_per_step", "group_size", "max_new_tokens", "max_prompt_tokens"):
+            value = getattr(self, name)
+            if not 1 <= value <= MAX_COUNT:
+                raise ValueError(f"rollout.{name} must be in [1, {MAX_COUNT}], got {value}")
+        check_sampling(self.temperature, self.top_p, "rollout")
+
+
+MAX_COUNT = 2**20
+"""The largest count (prompts a step, samples a prompt, tokens) a rollout field may ask for."""
+
+
+def check_sampling(temperature: float | None, top_p: float | None, where: str) -> None:
+    """Raise ValueError unless temperature >= 0 (0: greedy) and 0 < top_p <= 1 (None: not set)."""
+    if temperature is not None and temperature < 0:
+        raise ValueError(f"{where}.temperature must be >= 0 (0: greedy), got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"{where}.top_p must be in (0, 1], got {top_p}")
 
 
 @dataclass
@@ -149,6 +166,11 @@ class AgentOverrides:
     """Rank of this agent's LoRA adapter (assignment=lora)."""
     chat_template_kwargs: dict[str, Any] | None = None
     """Chat-template variables of this agent's calls, over `models.chat_template_kwargs` (e.g. its own model's)."""
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_p, "agents.<agent>")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"agents.<agent>.lr must be > 0, got {self.lr}")
 
 
 @dataclass
