@@ -8,8 +8,9 @@ The file maps each role to its template, as JSON (`.json`) or YAML (`.yaml` / `.
       reply_prefix: ""          # optional
 
 Roles not named keep the env's templates. Every template is checked when the env is made: an unknown
-role, a missing or extra key, a value that is not text, a broken `str.format` template or a field the
-env does not fill is an error that names the file and the key.
+role, a missing or extra key, a value that is not text, a broken `str.format` template, a field that is
+not a plain name (no format spec, conversion, attribute or index) or a field the env does not fill is an
+error that names the file and the key.
 """
 
 from __future__ import annotations
@@ -43,13 +44,17 @@ def template_fields(text: str, where: str) -> set[str]:
     except ValueError as exc:
         raise PromptFileError(f"{where}: not a valid template ({exc}); write a literal brace twice: {{{{ }}}}") from exc
     names = set()
-    for _, name, _, _ in parsed:
+    for _, name, spec, conversion in parsed:
         if name is None:
             continue
-        base = name.split(".", 1)[0].split("[", 1)[0]
-        if not base or base.isdigit():
+        if not name or name.isdigit():
             raise PromptFileError(f"{where}: positional field {{{name}}}; name a field, e.g. {{problem}}")
-        names.add(base)
+        # A plain name only: a format spec can ask for a field padded to any width ({problem:>400000000}), and
+        # attribute or index access ({problem.__class__}) reaches into the objects behind the context.
+        if not name.isidentifier() or spec or conversion:
+            shown = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise PromptFileError(f"{where}: field {{{shown}}}: a field is a plain name, e.g. {{problem}}")
+        names.add(name)
     return names
 
 

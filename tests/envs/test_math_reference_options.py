@@ -169,3 +169,11 @@ def test_a_yaml_alias_bomb_prompts_file_is_refused_before_it_expands(tmp_path):
         drmas_envs.make("math-2agent", prompts_file=str(tmp_path / "p.yaml"))
     (tmp_path / "anchor.yaml").write_text("solver: &s {system: S, user: 'u {problem}'}\n")
     drmas_envs.make("math-2agent", prompts_file=str(tmp_path / "anchor.yaml"))  # an anchor alone is harmless
+
+
+@pytest.mark.parametrize("field", ["{problem:>400000000}", "{problem!r}", "{problem.__class__}", "{problem[0]}"])
+def test_a_prompt_field_is_a_plain_name(tmp_path, field):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"solver": {"system": "S", "user": f"Solve {field}"}}))
+    with pytest.raises(PromptFileError, match=r"p.json: solver.user: field .* a field is a plain name"):
+        drmas_envs.make("math-2agent", prompts_file=str(path))
