@@ -33,10 +33,6 @@ def hub_offline() -> bool:
     return os.environ.get(HUB_OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-
-
 def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
     """Yield the objects of a JSONL (or JSONL.gz) file, checking that `required` fields exist.
 
@@ -54,14 +50,23 @@ def iter_jsonl_numbered(path: str | os.PathLike, required: Sequence[str] = ()) -
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
-    with _open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as fh:  # bytes: a bad byte names its line
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = f"byte {raw[exc.start]:#04x} at column {exc.start + 1}"
+                raise DataError(f"{path}:{lineno}: not UTF-8 text ({bad})") from None
             if not line.strip():
                 continue
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise DataError(f"{path}:{lineno}: JSON nested too deeply to read") from None
+            except ValueError as exc:  # e.g. an integer of more digits than Python converts
+                raise DataError(f"{path}:{lineno}: not readable JSON ({exc})") from None
             if not isinstance(item, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(item).__name__}")
             missing = [f for f in required if f not in item]

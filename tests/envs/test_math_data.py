@@ -37,11 +37,24 @@ def test_jsonl_path_fields_and_defaults(tmp_path):
         ('{"problem": "", "answer": "1"}', "problem"),
         ('{"problem": "p", "answer": {"a": 1}}', "answer"),
         ("[1, 2]", "JSON object"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"problem": "p", "answer": ' + "9" * 5_000 + "}", "not readable JSON"),
     ],
 )
 def test_malformed_file_names_path_and_line(tmp_path, line, why):
     f = write(tmp_path / "bad.jsonl", ['{"problem": "ok", "answer": "1"}', line])
     with pytest.raises(DataError, match=rf"bad\.jsonl:2: .*{why}"):
+        drmas_envs.make("math-2agent", dataset=str(f))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_byte_that_is_not_utf8_names_its_line(tmp_path, suffix):
+    import gzip
+
+    body = b'{"problem": "ok", "answer": "1"}\n{"problem": "caf\xe9", "answer": "2"}\n'
+    f = tmp_path / f"bad{suffix}"
+    f.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+    with pytest.raises(DataError, match=rf"bad{suffix.replace('.', chr(92) + '.')}:2: not UTF-8 text \(byte 0xe9"):
         drmas_envs.make("math-2agent", dataset=str(f))
 
 
