@@ -194,8 +194,8 @@ WEIGHT_ATOL = 1e-5  # lr / 100 (the test learner's lr is 1e-3): see the step che
         # LoRA, 3 micro-batches: a padding pass, "b" stays None; KL through peft's disabled adapters.
         (2, 5, 2, ("a",), "fsdp", KL),
         (2, 6, 3, ("a", "b"), "fsdp", None),  # LoRA: rank 0 trains adapter "a" while rank 1 trains "b"
-        # AdamW's state on the host between updates: each rank moves its replica or its shard (DTensors).
-        (2, 7, 2, (None,), "replicate", {"optimizer_offload": True, "mini_batches": 2}),
+        # AdamW's state on the host between updates: each rank moves its shard (DTensors; a replica moves
+        # as one process's state does, tested in test_learner).
         (2, 7, 2, (None,), "fsdp", {"optimizer_offload": True, "mini_batches": 2}),
     ],
 )
