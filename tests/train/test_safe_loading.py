@@ -1,5 +1,5 @@
 """Nothing a checkpoint or run folder holds runs code when it is loaded: crafted pickles and env references
-are refused with one line, and the trusted old format still loads with the flag."""
+are refused with one line, and the old format still loads with the flag, as safely."""
 
 import pathlib
 import random
@@ -58,23 +58,25 @@ def test_a_checkpoint_is_tensors_and_json_and_loads_back(tmp_path):
 def test_a_crafted_tensor_file_runs_nothing(tmp_path, file):
     folder, marker = _checkpoint(tmp_path / "ckpt"), tmp_path / "ran"
     torch.save({"w": Payload(marker)}, folder / file)
-    with pytest.raises(UntrustedCheckpointError, match=f"{file} holds more than tensors .* --trust-checkpoint"):
-        load_checkpoint(folder)
+    for old_format in (False, True):  # the flag for the old format lets no other object through
+        with pytest.raises(UntrustedCheckpointError, match=f"{file} holds more than tensors .* was not loaded"):
+            load_checkpoint(folder, old_format=old_format)
     assert not marker.exists()
 
 
-def test_an_old_pickled_rng_file_is_refused_unless_trusted(tmp_path):
+def test_the_old_pickled_rng_file_loads_only_when_asked_and_runs_nothing_even_then(tmp_path):
     folder, marker = _checkpoint(tmp_path / "ckpt"), tmp_path / "ran"
     (folder / "rng.json").unlink()
-    torch.save({"python": Payload(marker)}, folder / "rng.pt")
-    with pytest.raises(UntrustedCheckpointError, match="old format, whose rng.pt is a pickle"):
-        load_checkpoint(folder)
-    assert not marker.exists()
-    # A genuine old checkpoint from a source the user trusts loads as before.
     old = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     torch.save(old, folder / "rng.pt")
-    set_rng_state(load_checkpoint(folder, trust=True)["rng"])
-    assert rng_state()["python"][1] == list(old["python"][1])
+    with pytest.raises(UntrustedCheckpointError, match=r"old format .* pass --trust-checkpoint"):
+        load_checkpoint(folder)
+    set_rng_state(load_checkpoint(folder, old_format=True)["rng"])  # a genuine old checkpoint reads as before
+    assert rng_state()["python"][1] == list(old["python"][1]) and rng_state()["numpy"][1] == old["numpy"][1].tolist()
+    torch.save({**old, "python": Payload(marker)}, folder / "rng.pt")  # a crafted one: refused all the same
+    with pytest.raises(UntrustedCheckpointError, match="rng.pt holds more than tensors"):
+        load_checkpoint(folder, old_format=True)
+    assert not marker.exists()
 
 
 @pytest.fixture(scope="module")

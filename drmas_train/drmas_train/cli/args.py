@@ -100,8 +100,8 @@ def train_parser() -> ArgParser:
     p.add_argument(
         "--trust-checkpoint",
         action="store_true",
-        help="--resume from a checkpoint that holds pickled objects (the old format, or another program's): only "
-        "for a source you trust, as loading it can run code",
+        help="--resume from a checkpoint of the old format, whose RNG states are a pickled rng.pt (read with "
+        "tensors, plain values and numpy's RNG array as the only objects allowed)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config field")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")

@@ -65,12 +65,6 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu, cuda or auto")
     p.add_argument("--backend", default=None, choices=choices(BackendName), help="generation engine")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
-    p.add_argument(
-        "--trust-checkpoint",
-        action="store_true",
-        help="load a checkpoint that holds pickled objects (the old format, or another program's): only for a "
-        "source you trust, as loading it can run code",
-    )
     return p
 
 
@@ -140,7 +134,7 @@ def eval_config(args: argparse.Namespace) -> tuple[TrainConfig, Path | None]:
     return cfg, folder
 
 
-def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None, *, trust: bool = False) -> dict[str, Any]:
+def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict[str, Any]:
     """The policy serving each agent: the run's models, with the checkpoint's weights when `folder` is set
     (the weights alone: no optimizer or RNG state is read).
     """
@@ -153,7 +147,7 @@ def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None, *, trus
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
     policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
     if folder is not None:
-        weights = load_model_weights(folder, trust=trust)
+        weights = load_model_weights(folder)
         for name, policy in policies.items():
             load_policy_weights(policy, weights[name])
             sync_engine(policy)  # a vLLM engine holds its own copy of the weights
@@ -182,7 +176,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     agents = list(probe.possible_agents)
     env_kwargs = validation.team_env_kwargs(cfg, probe)
     envs = validation.make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
-    serving = build_team(cfg, agents, folder, trust=args.trust_checkpoint)
+    serving = build_team(cfg, agents, folder)
     sampling = {a: validation.agent_sampling(cfg, a) for a in agents}
     result = validation.evaluate_team(envs, serving, sampling, cfg.eval, **validation.prompt_options(cfg, agents))
     e = cfg.eval

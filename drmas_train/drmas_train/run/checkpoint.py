@@ -6,8 +6,9 @@ or only its LoRA adapter) and its learner state (optimizer, counters), plus the 
 
 Loading runs no code from the files: tensors are read with `torch.load(weights_only=True)` (tensors and
 plain values only; anything else is refused) and the RNG states are JSON. A checkpoint of the old
-format (`rng.pt`, a pickle) is refused unless the caller trusts its source (`trust=True`, the CLI's
-`--trust-checkpoint`). `load_model_weights` reads the weights alone, for evaluation. A folder without `state.json`
+format (a pickled `rng.pt`) is read only when asked (`old_format=True`, the CLI's `--trust-checkpoint`),
+and then too with numpy's RNG array as the one object allowed. `load_model_weights` reads the weights
+alone, for evaluation. A folder without `state.json`
 (or one still named `.tmp-*`) is never read, so a run killed while saving resumes from the
 previous complete checkpoint. A disk too full for the checkpoint is said before anything is written
 (the tensors' size against the disk's free space), and a write that fails anyway removes its
@@ -21,6 +22,7 @@ import os
 import pickle
 import random
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `rng_state` returned (or, from a trusted old checkpoint, its pickled objects)."""
+    """Restore what `rng_state` returned (or the old format's tuples and tensors, which unpack the same way)."""
     version, words, gauss = state["python"]
     random.setstate((version, tuple(words), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
@@ -154,43 +156,56 @@ def prune_checkpoints(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _load_tensors(path: Path, trust: bool) -> Any:
-    """A torch file of tensors and plain values; anything else is refused unless trusted."""
+def _load_tensors(path: Path, allowed: Sequence[Any] = ()) -> Any:
+    """A torch file of tensors and plain values (plus the `allowed` globals); anything else is refused."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if trust:
-            return torch.load(path, map_location="cpu", weights_only=False)
         raise UntrustedCheckpointError(
             f"{path} holds more than tensors and plain values (a crafted file, or one from another program): "
-            "loading it could run code, so it was not loaded; if you trust its source, pass --trust-checkpoint"
+            "loading it could run code, so it was not loaded"
         ) from exc
 
 
-def load_model_weights(folder: Path, *, trust: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+def _old_rng_globals() -> list[Any]:
+    """What the old format's pickled `rng.pt` holds beside plain values: numpy's RNG state array, by the name
+    numpy 1 and numpy 2 each pickle it under. Nothing else is allowed, so even this file runs no code.
+    """
+    multiarray = getattr(np, "_core", np).multiarray
+    uint32 = type(np.dtype(np.uint32))
+    names = ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct")
+    return [*((multiarray._reconstruct, name) for name in names), np.ndarray, np.dtype, uint32]
+
+
+def load_model_weights(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
     """Each policy's weights from a checkpoint, and nothing else (no optimizer, no RNG): what eval reads."""
-    return {p.stem[len("weights-") :]: _load_tensors(p, trust) for p in sorted(folder.glob("weights-*.pt"))}
+    return {p.stem[len("weights-") :]: _load_tensors(p) for p in sorted(folder.glob("weights-*.pt"))}
 
 
-def load_checkpoint(folder: Path, *, trust: bool = False) -> dict[str, Any]:
+def load_checkpoint(folder: Path, *, old_format: bool = False) -> dict[str, Any]:
     """Read a checkpoint: {"state", "rng", "weights": {name: tensors}, "learners": {name: state}}.
 
+    Args:
+        folder: the checkpoint folder.
+        old_format: also read a checkpoint of the old format, whose RNG states are a pickled `rng.pt`
+            (read with numpy's RNG array as the one object allowed besides tensors and plain values).
+
     Raises:
-        UntrustedCheckpointError: a file holds pickled objects (the old format's `rng.pt`, or a crafted
-            file) and `trust` is off.
+        UntrustedCheckpointError: a file holds other objects (a crafted file), or the checkpoint is of the
+            old format and `old_format` is off.
 
     """
     state = json.loads((folder / "state.json").read_text())
     if (folder / "rng.json").is_file():
         rng = json.loads((folder / "rng.json").read_text())
-    elif not trust:
+    elif not old_format:
         raise UntrustedCheckpointError(
-            f"{folder} is a checkpoint of the old format, whose rng.pt is a pickle: loading it could run code, so "
-            "it was not loaded; if you trust its source, pass --trust-checkpoint (it is then read as before)"
+            f"{folder} is a checkpoint of the old format (its RNG states are a pickle, rng.pt): it was not loaded; "
+            "pass --trust-checkpoint to read it (only tensors, plain values and numpy's RNG array are accepted)"
         )
     else:
-        rng = torch.load(folder / "rng.pt", weights_only=False)
-        rng = {**rng, "python": list(rng["python"]), "numpy": list(rng["numpy"])}
-    weights = load_model_weights(folder, trust=trust)
-    learners = {p.stem[len("learner-") :]: _load_tensors(p, trust) for p in sorted(folder.glob("learner-*.pt"))}
+        rng = _load_tensors(folder / "rng.pt", _old_rng_globals())
+    weights = load_model_weights(folder)
+    learners = {p.stem[len("learner-") :]: _load_tensors(p) for p in sorted(folder.glob("learner-*.pt"))}
     return {"state": state, "rng": rng, "weights": weights, "learners": learners}

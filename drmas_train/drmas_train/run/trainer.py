@@ -93,7 +93,7 @@ class Trainer:
     Args:
         cfg: the resolved configuration.
         resume: continue from the latest complete checkpoint in `cfg.log.run_dir`, if any.
-        trust_checkpoint: load a checkpoint holding pickled objects (the old format): only from a trusted source.
+        trust_checkpoint: also resume from a checkpoint of the old format (a pickled rng.pt, read safely).
 
     With `cfg.placement.mode` other than "none" the models are built in Ray workers only (never
     loaded here); `train()` frees the workers when it ends, or call `close()`.
@@ -248,7 +248,7 @@ class Trainer:
         if folder is None:
             log.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
             return
-        ckpt = load_checkpoint(folder, trust=self.trust_checkpoint)
+        ckpt = load_checkpoint(folder, old_format=self.trust_checkpoint)
         for name in self.policies:
             self.workers.load(name, ckpt["weights"][name], ckpt["learners"][name])
         set_rng_state(ckpt["rng"])
