@@ -74,8 +74,8 @@ class PPOConfig:
     head_dtype: HeadDtype = "float32"
     """The LM head's matmul under bf16 compute: float32 (the default: logits, hence log-probs and PPO ratios,
     at fp32 resolution) or compute (bf16 like the body, as verl's mixed precision runs it: logits rounded to
-    bf16, then the log-softmax in fp32, as the bf16 vLLM engine samples; on an AMX Xeon the default run's
-    updates took 0.92x the time, benchmarks/results/learner_precision.md). No effect under fp32 compute.
+    bf16, then the log-softmax in fp32, as the bf16 vLLM engine samples; faster where bf16 matmul is native:
+    docs/measurements.md). No effect under fp32 compute.
     Reference (verl): compute."""
     tree_multiple: int = 1
     """Pad each packed prefix tree (`forward` shared_prefix) with masked tokens to a multiple of this many
@@ -84,10 +84,9 @@ class PPOConfig:
     kernels for (benchmarks/results/learner_precision.md, "Page faults")."""
     compile_layers: bool = False
     """Run the decoder layers through torch.compile (inductor, dynamic shapes) in the learner's passes, so
-    each layer's norms, rotary, activation and casts fuse into a few kernels (learner/compiled.py). On the
-    default run's batch (bf16 autocast, an AMX Xeon): the update in 0.85x the eager time, after ~21 s of
-    compiling in the first; over the 16-step default that does not pay back, so the `cpu` preset leaves it
-    off (benchmarks/results/learner_precision.md). Needs a C++ compiler on CPU; not with gradient
+    each layer's norms, rotary, activation and casts fuse into a few kernels (learner/compiled.py): faster
+    updates after a compile in the first one, which a short run does not pay back, so the `cpu` preset leaves
+    it off (docs/measurements.md). Needs a C++ compiler on CPU; not with gradient
     checkpointing or FSDP. Not in the reference (verl compiles its log-prob and entropy helpers only)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: one more forward pass per step, much less memory on long contexts."""

@@ -40,10 +40,9 @@ class TrainConfig:
     """torch CPU threads; 0 keeps torch's default (one per core)."""
     keep_freed_memory: bool = True
     """glibc only: freed memory stays in the process (no mmap for large blocks, no heap trimming), so each
-    micro-batch reuses the last one's pages instead of page-faulting fresh ones: the default run's updates
-    in 0.81x the time, for more peak RSS (12.2 GiB against 7.9 after 32 steps of the default run; the kept
-    heap stops growing after ~25 steps). Process-wide and permanent: set false when memory is short or the
-    trainer shares its process with work that must give memory back."""
+    micro-batch reuses the last one's pages instead of page-faulting fresh ones: faster updates for a higher
+    peak RSS (the process keeps its peak heap; docs/measurements.md gives both). Process-wide and permanent:
+    set false when memory is short or the trainer shares its process with work that must give memory back."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The team's environment: which env, its options, and the format penalty."""
     models: ModelsConfig = field(default_factory=ModelsConfig)

@@ -5,13 +5,11 @@ with fresh pages from the kernel and hands them back on free, and it trims the h
 than a small threshold lies free there. A learner allocates and frees the same few hundred MiB of
 activations and gradients in every micro-batch, so every pass pays one minor page fault (the kernel
 zeroing a 4 KiB page) per page it touches. With mmap off for large blocks and no trimming, freed blocks
-stay in the heap and the next micro-batch reuses them. Measured on the default run (2 cores, bf16
-learner): 46 million faults and 169 s of kernel time before, 2.9 million and 61 s after; the updates
-took 0.81x the time, and no metric changed (benchmarks/results/learner_precision.md, "Page faults").
+stay in the heap and the next micro-batch reuses them: far fewer page faults and less kernel time, with
+every metric unchanged (measured in benchmarks/results/learner_precision.md, "Page faults").
 
 Cost: the process keeps its peak heap (RSS does not fall after a peak) and what it cannot reuse as block
-sizes change: 32 steps of the default run peaked at 12.2 GiB with it, 7.9 GiB without, every metric equal
-(benchmarks/results/allocator_memory.md, with what was tried to lower it).
+sizes change (measured, with what was tried to lower it, in benchmarks/results/allocator_memory.md).
 The setting is process-wide and cannot be undone, so it is a config field (`keep_freed_memory`), applied
 where a run owns its process: the `Trainer` and each Ray placement worker. Only glibc has these knobs;
 elsewhere (macOS, musl) nothing changes.

@@ -2,9 +2,8 @@
 
 What it buys: in an eager forward and backward the matmuls are not the whole cost; each layer's
 RMSNorms, rotary embedding, SiLU, residual adds and (under bf16 autocast) weight casts are dozens of
-small element-wise kernels, each a trip through memory. Inductor fuses them into a few. Measured on the
-default run's batch (benchmarks/results/learner_precision.md): the update in 0.85x the time of the eager
-bf16 update, after about 21 s of compiling in the first update.
+small element-wise kernels, each a trip through memory. Inductor fuses them into a few: the updates get
+faster once the first one has compiled (measured in benchmarks/results/learner_precision.md).
 
 Why layers and not the whole model: the decoder layers are one piece of code run N times, so dynamo
 compiles one graph whose inputs include the parameters and every layer reuses it; the model's own
