@@ -16,7 +16,7 @@ lock-step rollout does not overlap them).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -53,29 +53,25 @@ H100 = Hardware(
 )
 """The reference's GPU; the learner's MFU is the one GPU measurement this project has."""
 
-_MFU_SOURCE = "MFU 0.24: the H100's figure, assumed (the one GPU measurement this project has)"
 
-H200 = Hardware(
-    name="NVIDIA H200 SXM",
-    bandwidth_gbs=4800.0,
-    bandwidth_efficiency=0.7,
-    flops_fp32=67e12,
-    flops_bf16=989e12,
-    mfu=0.24,
-    source=f"NVIDIA's H200 SXM datasheet (4.8 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s bf16 dense); {_MFU_SOURCE}",
-)
+def _datasheet_gpu(name: str, bandwidth_gbs: float, tflops_fp32: float, tflops_bf16: float) -> Hardware:
+    """A GPU known from its datasheet alone: the H100's bandwidth share and MFU assumed (not measured on it)."""
+    return replace(
+        H100,
+        name=name,
+        bandwidth_gbs=bandwidth_gbs,
+        flops_fp32=tflops_fp32 * 1e12,
+        flops_bf16=tflops_bf16 * 1e12,
+        source=f"NVIDIA's {name} datasheet ({bandwidth_gbs:,.0f} GB/s, {tflops_fp32:g} TFLOP/s fp32, {tflops_bf16:g} "
+        "TFLOP/s bf16 dense); the H100's 70% decoding bandwidth and MFU 0.24 assumed",
+    )
 
-A100_80GB = Hardware(
-    name="NVIDIA A100 80GB SXM",
-    bandwidth_gbs=2039.0,
-    bandwidth_efficiency=0.7,
-    flops_fp32=19.5e12,
-    flops_bf16=312e12,
-    mfu=0.24,
-    source=f"NVIDIA's A100 80GB SXM datasheet (2,039 GB/s, 19.5 TFLOP/s fp32, 312 TFLOP/s bf16 dense); {_MFU_SOURCE}",
-)
 
-GPUS: dict[str, Hardware] = {"h100-sxm": H100, "h200": H200, "a100-80gb": A100_80GB}
+GPUS: dict[str, Hardware] = {
+    "h100-sxm": H100,
+    "h200": _datasheet_gpu("NVIDIA H200 SXM", 4800.0, 67.0, 989.0),
+    "a100-80gb": _datasheet_gpu("NVIDIA A100 80GB SXM", 2039.0, 19.5, 312.0),
+}
 """The figures of each `placement.gpu_kind`."""
 
 CPU_2CORE = Hardware(
