@@ -15,7 +15,8 @@ of each server's p99. The default switches only if asgi is clearly better (see R
 
     .venv/bin/python -m drmas_benchmarks.service_load [--clients 200] [--requests 20] [--rounds 3]
 
-Writes benchmarks/results/service_load.md.
+Writes benchmarks/results/service_load.md. With `--hostile`, runs drmas_benchmarks.service_hostile instead
+(the service under slowloris, non-reading and heavy clients; see its flags with `--hostile --help`).
 """
 
 from __future__ import annotations
@@ -208,6 +209,10 @@ def versions() -> str:
 
 
 def main() -> None:
+    if "--hostile" in sys.argv[1:]:  # the hostile-client test: its own module, its own flags
+        from drmas_benchmarks.service_hostile import main as hostile
+
+        return hostile(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--requests", type=int, default=20, help="requests per client (a bound)")

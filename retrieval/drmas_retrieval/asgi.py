@@ -2,12 +2,16 @@
 
 What Search-R1's own retrieval server runs on (FastAPI is starlette underneath), for users who deploy
 ASGI apps behind their own tooling: `create_app(batcher, config)` is a plain ASGI app. Statuses,
-messages and batching are those of the stdlib server: both call drmas_retrieval.protocol and share
-one `Batcher`, whose `asubmit` waits on the event loop without holding a thread per request.
+messages, request caps and fair batching are those of the stdlib server: both call
+drmas_retrieval.protocol and share one `Batcher`, whose `asubmit` waits on the event loop without
+holding a thread per request. Connections are capped (uvicorn's `limit_concurrency`, 503 beyond),
+but uvicorn has no deadline for a request's headers or for writing a reply, so this front end does
+not hold the stdlib one's memory bound against slow or non-reading clients (docs/retrieval.md).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -36,7 +40,7 @@ def _json(status: int, payload: dict[str, Any], close: bool = False) -> Response
 
 async def _read_body(request: Request, cfg: ServiceConfig) -> bytes:
     headers = request.headers
-    length = protocol.body_length(headers.get("transfer-encoding"), headers.get("content-length"))
+    length = protocol.body_length(headers.getlist("transfer-encoding"), headers.getlist("content-length"))
     oversized = protocol.too_large(length, cfg)
     if oversized is not None:
         # not read here: uvicorn discards the rest of a body once the reply is sent, keeping the connection
@@ -54,10 +58,16 @@ def create_app(batcher: Batcher, config: ServiceConfig | None = None) -> Starlet
             if protocol.route(request.method, request.url.path) == "health":
                 return _json(200, protocol.health(batcher))
             queries, topk, return_scores = protocol.parse_request(await _read_body(request, cfg), cfg)
-            results = await batcher.asubmit(queries, topk, timeout=cfg.request_timeout)
+            client = request.client.host if cfg.client_key == "ip" and request.client else request.client
+            encode = functools.partial(protocol.encode_hits, return_scores=return_scores)
+            pieces = await batcher.asubmit(queries, topk, timeout=cfg.request_timeout, client=client,
+                                           encode=encode, max_bytes=cfg.max_reply_bytes)  # fmt: skip
         except Exception as exc:  # a client error, an overload, or a retriever failure: answer it, keep serving
             return _json(*protocol.error(exc), close=isinstance(exc, BadRequest) and exc.close)
-        return _json(200, protocol.to_wire(results, return_scores))
+        body = b"".join(protocol.reply_parts(pieces))
+        if batcher.budget is not None:
+            batcher.budget.release(sum(map(len, pieces)))
+        return Response(body, 200, media_type="application/json")
 
     # one catch-all route: the routing decision is protocol.route's, the same as the stdlib server's
     return Starlette(routes=[Route("/{path:path}", endpoint, methods=_METHODS)])
@@ -72,7 +82,14 @@ class AsgiRetrievalServer:
 
     def __init__(self, retriever: Retriever, config: ServiceConfig | None = None):
         self.config = cfg = config or ServiceConfig()
-        self.batcher = Batcher(retriever, max_batch=cfg.max_batch, max_pending=cfg.max_pending)
+        self.batcher = Batcher(
+            retriever,
+            max_batch=cfg.max_batch,
+            max_batch_chars=cfg.max_batch_chars,
+            max_batch_hits=cfg.max_batch_hits,
+            max_pending=cfg.max_pending,
+            max_pending_per_client=cfg.max_pending_per_client,
+        )
         family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
         # bound here, not by uvicorn, so that port 0 resolves and the URL is known before serving starts
         self.socket = socket.create_server((cfg.host, cfg.port), family=family, backlog=cfg.backlog)
@@ -81,6 +98,8 @@ class AsgiRetrievalServer:
             create_app(self.batcher, cfg),
             backlog=cfg.backlog,
             timeout_keep_alive=max(1, round(cfg.idle_timeout)),
+            limit_concurrency=cfg.max_connections,  # uvicorn answers 503 beyond it
+            h11_max_incomplete_event_size=cfg.max_header_bytes,
             timeout_graceful_shutdown=5,
             lifespan="off",
             access_log=False,

@@ -8,6 +8,7 @@ drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000] [--server st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import time
@@ -22,6 +23,7 @@ from drmas_envs.search.retrievers import build_index, load_index
 from drmas_envs.search.retrievers.ann import IVFPQConfig, import_faiss
 from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 from drmas_envs.search.retrievers.index import KINDS
+from drmas_retrieval.config import CLIENT_KEYS
 from drmas_retrieval.protocol import SERVERS, ServiceConfig
 from drmas_retrieval.server import make_server
 
@@ -62,12 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve an index folder: POST /retrieve, GET /health")
     serve.add_argument("--index", required=True, help="a folder written by `build`")
     serve.add_argument("--nprobe", type=int, help="faiss IVF indexes: clusters searched per query (default: built)")
-    defaults = ServiceConfig()
-    serve.add_argument("--host", default=defaults.host, help="bind address (default: loopback only)")
-    serve.add_argument("--port", type=int, default=defaults.port)
-    serve.add_argument("--max-batch", type=int, default=defaults.max_batch, help="queries per retriever call")
-    serve.add_argument("--max-topk", type=int, default=defaults.max_topk)
-    serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    for f in dataclasses.fields(ServiceConfig):  # one flag per field: every bound, with its help
+        kind = {"int": int, "float": float}.get(str(f.type), str)
+        choices = CLIENT_KEYS if f.name == "client_key" else None
+        serve.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default, choices=choices,
+                           help=f"{f.metadata['help']} (default: %(default)s)")  # fmt: skip
     serve.add_argument(
         "--server",
         choices=SERVERS,
@@ -133,13 +134,7 @@ def _check_extra(server: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     _check_extra(args.server)
     retriever = load_index(args.index, nprobe=args.nprobe)
-    config = ServiceConfig(
-        host=args.host,
-        port=args.port,
-        max_batch=args.max_batch,
-        max_topk=args.max_topk,
-        max_body_bytes=args.max_body_bytes,
-    )
+    config = ServiceConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServiceConfig)})
     server = make_server(retriever, config, args.server)
     console.print(
         f"serving {args.index} at [bold]{server.url}[/] (POST /retrieve, GET /health; {args.server} server); "
@@ -159,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     level = logging.DEBUG if args.verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     logging.getLogger("bm25s").setLevel(level)  # bm25s sets its own logger to DEBUG
+    logging.getLogger("drmas_retrieval.server").setLevel(min(level, logging.INFO))  # states its memory bound
     try:
         if args.command == "build":
             _build(args)

@@ -2,17 +2,18 @@
 
 Everything that decides a status code or a reply body lives here; the servers only move bytes. So
 the two front ends cannot drift: the same request gets the same status and message from either.
+`ServiceConfig` lives in drmas_retrieval.config and is re-exported here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from drmas_envs.search.retrievers import Passage
-from drmas_retrieval.batcher import Batcher, Overloaded
+from drmas_retrieval.batcher import Batcher, Overloaded, ReplyTooLarge
+from drmas_retrieval.config import ServiceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -21,35 +22,6 @@ SERVERS = ("stdlib", "asgi")
 
 DRAIN_LIMIT = 64 << 20
 """An oversized body up to this size is read and dropped, so the client sees the 413 (not a reset)."""
-
-
-@dataclass
-class ServiceConfig:
-    """Limits and batching of the service."""
-
-    host: str = "127.0.0.1"
-    """Bind address; loopback by default. Use 0.0.0.0 only on a trusted network."""
-    port: int = 8000
-    """TCP port (0 picks a free one)."""
-    max_batch: int = 256
-    """The most queries per retriever call."""
-    max_body_bytes: int = 1 << 20
-    """Larger request bodies get 413."""
-    max_queries: int = 512
-    """The most queries in one request."""
-    max_topk: int = 100
-    """The largest topk accepted."""
-    max_query_chars: int = 4096
-    """The longest query accepted."""
-    request_timeout: float = 120.0
-    """Seconds a request may wait for its batch before a 503."""
-    idle_timeout: float = 60.0
-    """Seconds an idle keep-alive connection is kept open."""
-    max_pending: int = 50_000
-    """Queries waiting beyond this get 503 (the client retries)."""
-    backlog: int = 1024
-    """TCP accept backlog; small backlogs (the stdlib's default is 5) refuse connections when 200 clients
-    connect at once."""
 
 
 class BadRequest(ValueError):
@@ -75,17 +47,25 @@ def route(method: str, path: str) -> str:
     raise BadRequest(405, f"method {method} not allowed; use POST /retrieve or GET /health", close=True)
 
 
-def body_length(transfer_encoding: str | None, content_length: str | None) -> int:
-    """Check a /retrieve request's framing headers and return its body length, or raise `BadRequest`."""
-    if (transfer_encoding or "").lower() == "chunked":
+def body_length(transfer_encodings: list[str], content_lengths: list[str]) -> int:
+    """Check a /retrieve request's framing headers (every value of each) and return its body length.
+
+    Raises `BadRequest`: 400 for ambiguous framing (a Transfer-Encoding beside a Content-Length, or
+    Content-Lengths that disagree) or a malformed length, 411 for chunked or missing framing.
+    """
+    if transfer_encodings and content_lengths:
+        raise BadRequest(400, "ambiguous framing: both Transfer-Encoding and Content-Length", close=True)
+    if transfer_encodings:
         raise BadRequest(411, "send a Content-Length body, not chunked encoding", close=True)
-    try:
-        length = int(content_length or "")
-    except ValueError:
-        raise BadRequest(411, "a Content-Length header is required", close=True) from None
-    if length < 0:
-        raise BadRequest(400, "negative Content-Length", close=True)
-    return length
+    if not content_lengths:
+        raise BadRequest(411, "a Content-Length header is required", close=True)
+    values = {v.strip() for line in content_lengths for v in line.split(",")}
+    if len(values) != 1:
+        raise BadRequest(400, "ambiguous framing: Content-Length values disagree", close=True)
+    value = values.pop()
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise BadRequest(400, f"malformed Content-Length {value[:40]!r}", close=True)
+    return int(value)
 
 
 def too_large(length: int, cfg: ServiceConfig) -> BadRequest | None:
@@ -102,8 +82,10 @@ def too_large(length: int, cfg: ServiceConfig) -> BadRequest | None:
 def parse_request(body: bytes, cfg: ServiceConfig) -> tuple[list[str], int, bool]:
     """Validate a /retrieve body: (queries, topk, return_scores), or raise `BadRequest`."""
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        payload = json.loads(body, parse_int=_small_int, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadRequest(400, "body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and the two hooks' refusals
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise BadRequest(400, "body must be a JSON object")
@@ -125,27 +107,62 @@ def parse_request(body: bytes, cfg: ServiceConfig) -> tuple[list[str], int, bool
     return_scores = payload.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise BadRequest(400, "'return_scores' must be true or false")
+    chars = sum(map(len, queries))
+    if chars > cfg.max_request_chars:
+        raise BadRequest(413, f"{chars} query characters in one request; the limit is {cfg.max_request_chars}")
+    if len(queries) * topk > cfg.max_hits:
+        raise BadRequest(413, f"{len(queries)} queries x topk {topk} hits; the limit is {cfg.max_hits}")
     return queries, topk, return_scores
+
+
+def _small_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:
+        raise ValueError(f"an integer of {len(text)} characters")
+    return int(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _wire_hits(hits: list[Passage], return_scores: bool) -> list[Any]:
+    docs = [{"id": p.id, "contents": p.contents} for p in hits]
+    return [{"document": d, "score": p.score} for d, p in zip(docs, hits)] if return_scores else docs
+
+
+def encode_hits(hits: list[Passage], return_scores: bool) -> bytes:
+    """One query's part of the reply, as UTF-8 JSON bytes (`reply_parts` joins them)."""
+    return json.dumps(_wire_hits(hits, return_scores)).encode("utf-8")
+
+
+REPLY_HEAD, REPLY_SEP, REPLY_TAIL = b'{"result": [', b", ", b"]}"
+
+
+def reply_parts(pieces: list[bytes]) -> list[bytes]:
+    """The reply body as parts to write in turn: the same bytes as `encode(to_wire(...))`."""
+    parts = [REPLY_HEAD]
+    for i, piece in enumerate(pieces):
+        parts += [REPLY_SEP, piece] if i else [piece]
+    return [*parts, REPLY_TAIL]
 
 
 def to_wire(results: list[list[Passage]], return_scores: bool) -> dict[str, Any]:
     """Search-R1's reply: with scores, [{"document": {...}, "score": s}]; without, the documents."""
-    out = []
-    for hits in results:
-        docs = [{"id": p.id, "contents": p.contents} for p in hits]
-        out.append([{"document": d, "score": p.score} for d, p in zip(docs, hits)] if return_scores else docs)
-    return {"result": out}
+    return {"result": [_wire_hits(hits, return_scores) for hits in results]}
 
 
-def health(batcher: Batcher) -> dict[str, Any]:
-    """The GET /health reply."""
-    return {"status": "ok", "pending": batcher.pending, "batches": batcher.batches, "queries": batcher.queries}
+def health(batcher: Batcher, **extra: Any) -> dict[str, Any]:
+    """The GET /health reply (`extra`: a front end's own gauges, such as open connections)."""
+    out = {"status": "ok", "pending": batcher.pending, "batches": batcher.batches, "queries": batcher.queries}
+    return out | extra
 
 
 def error(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """The status and body for an exception raised while answering a request; logs a retriever failure."""
     if isinstance(exc, BadRequest):
         return exc.status, {"error": str(exc)}
+    if isinstance(exc, ReplyTooLarge):
+        return 413, {"error": str(exc)}
     if isinstance(exc, (Overloaded, TimeoutError)):
         return 503, {"error": f"busy, retry later: {exc}"}
     logger.error("retrieval failed", exc_info=exc)

@@ -193,14 +193,14 @@ def test_async_and_thread_submissions_share_batches_and_time_out_cleanly(caplog)
         threaded = asyncio.create_task(asyncio.to_thread(batcher.submit, ["t"], 3, 10))
         with pytest.raises(TimeoutError, match="no answer within"):
             await batcher.asubmit(["late"], 3, timeout=0.05)
-        while batcher.pending < 6:
+        while batcher.pending < 5:  # "late" gave its place up
             await asyncio.sleep(0.01)
         retriever.gate.set()
         return await asyncio.gather(first, *waiters, threaded)
 
     assert asyncio.run(scenario()) == [[[]]] * 5
     assert retriever.calls[0] == ["a0"]
-    assert sorted(retriever.calls[1]) == ["a1", "a2", "a3", "late", "t"]  # the timed-out job still ran, once
+    assert sorted(retriever.calls[1]) == ["a1", "a2", "a3", "t"]  # the timed-out job gave up its place
     assert batcher.submit(["after"], 3, 10) == [[]]  # the worker survived answering a waiter that gave up
     assert not caplog.records  # nor did waking the timed-out waiter raise inside the event loop
     batcher.close()
