@@ -15,8 +15,9 @@ from drmas_envs.env import WorkflowEnv
 from drmas_envs.evaluate import evaluate
 from drmas_envs.loading import EnvNotFoundError
 from drmas_envs.lockstep import EpisodeResult, run_lockstep
-from drmas_envs.provenance import TaskSet, dataset_provenance
+from drmas_envs.provenance import TaskSet, dataset_provenance, reference_check
 from drmas_envs.registry import discover_installed, env_dataset, list_envs, make, register
+from drmas_envs.services import ServiceError
 from drmas_envs.workflow import Call, Parsed, PromptTemplate, Score, Workflow
 
 __version__ = "0.1.0"
@@ -62,6 +63,7 @@ __all__ = [
     "Parsed",
     "PromptTemplate",
     "Score",
+    "ServiceError",
     "TaskSet",
     "Workflow",
     "WorkflowEnv",
@@ -71,6 +73,7 @@ __all__ = [
     "list_envs",
     "make",
     "read_jsonl",
+    "reference_check",
     "register",
     "run_lockstep",
 ]

@@ -63,3 +63,17 @@ def dataset_provenance(env: Any) -> dict[str, Any]:
     if isinstance(env, TaskSet):
         return dict(env.provenance)
     return dict(getattr(getattr(env, "unwrapped", env), "data_provenance", None) or {})
+
+
+def reference_check(env: Any) -> dict[str, Any] | None:
+    """Every distinct reference answer of a built env's tasks that its grader must parse, parsed once:
+    {"checked", "failed", "failures": [{"reference", "reason"}, ...]} (`Grader.check_references`), or None
+    for an env whose workflow cannot check its references (no grader, or a plain grading callable).
+
+    A trainer records it beside the dataset's provenance at start, so a reference the grader cannot read is
+    known before the first step, not found as a run of wrong answers.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    check = getattr(getattr(unwrapped, "_factory", None), "check_references", None)
+    tasks = getattr(unwrapped, "tasks", None)
+    return check(tasks) if callable(check) and tasks is not None else None

@@ -142,5 +142,6 @@ def env_dataset(env_id: str, **kwargs: Any) -> TaskSet | None:
     if found.entry_point == "drmas_envs.search.env:search_env":
         from drmas_envs.search.data import load_questions
 
-        return load_questions(options.get("dataset"), options.get("split"), options.get("data_dir"))
+        bad_rows = options.get("bad_rows", "error")
+        return load_questions(options.get("dataset"), options.get("split"), options.get("data_dir"), bad_rows)
     return None

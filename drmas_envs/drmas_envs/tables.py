@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,12 +29,15 @@ def is_table(name: str) -> bool:
     return name.endswith(TABLE_SUFFIXES)
 
 
-def iter_rows(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Iterator[Row]:
+def iter_rows(
+    path: str | os.PathLike, columns: Sequence[str] | None = None, on_error: Callable[[DataError], None] | None = None
+) -> Iterator[Row]:
     """The rows of a JSONL(.gz), JSON (a list, or {"data": [...]}) or Parquet file, each with where it is.
 
     Args:
         path: the file.
         columns: Parquet only: read just these columns (those the file has), to keep large files cheap.
+        on_error: gets a malformed JSONL line's error instead of it being raised (`drmas_envs.data.RowErrors`).
 
     Raises:
         DataError: a malformed line or row (named by file and line/row), or Parquet without pyarrow.
@@ -49,7 +52,7 @@ def iter_rows(path: str | os.PathLike, columns: Sequence[str] | None = None) -> 
     elif path.name.endswith(".json"):
         yield from _json_rows(path)
     else:
-        for lineno, item in iter_jsonl_numbered(path):
+        for lineno, item in iter_jsonl_numbered(path, on_error=on_error):
             yield f"{path}:{lineno}", item
 
 

@@ -97,3 +97,60 @@ def search_rows(split: str, counts: dict[str, int]) -> list[dict]:
                 }
             )
     return rows
+
+
+MATH_SAMPLED_SOURCES = ("math500_first50", "aime24", "aime25")
+"""The `data_source` tags of the reference's `drmas_math/test_sampled.parquet`."""
+MATH_TEST_SOURCES = ("math500", "aime24", "aime25", "olympiadbench", "amc23", "minerva")
+"""The `data_source` tags of the reference's `drmas_math/test.parquet`."""
+
+
+def reference_math_rows(split: str, counts: dict[str, int]) -> list[dict]:
+    """Rows as the reference's `examples/data_preprocess/drmas_math.py` writes them (made-up problems)."""
+    rows = []
+    for source, n in counts.items():
+        for i in range(n):
+            question, truth = f"{source} problem {i}: what is {i} + 1?", str(i + 1)
+            rows.append(
+                {
+                    "data_source": source,
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "prompt": [{"role": "user", "content": question}],
+                    "extra_info": {"split": split, "index": i, "answer": truth, "question": question},
+                    "env_kwargs": {"ground_truth": truth, "question": question, "data_source": source},
+                }
+            )
+    return rows
+
+
+def reference_search_rows(split: str, counts: dict[str, int]) -> list[dict]:
+    """Rows as the reference's `examples/data_preprocess/drmas_search.py` writes them: no top-level
+    `question` or `golden_answers`; both in `env_kwargs` (made-up questions).
+    """
+    rows = []
+    for source, n in counts.items():
+        for i in range(n):
+            question, truth = f"{source} question {i}?", {"target": [f"{source} answer {i}"]}
+            rows.append(
+                {
+                    "data_source": source,
+                    "prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": question}],
+                    "ability": "fact-reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "extra_info": {"index": i, "need_tools_kwargs": True, "question": question, "split": split},
+                    "env_kwargs": {"ground_truth": truth, "question": question, "data_source": source},
+                }
+            )
+    return rows
+
+
+def write_reference_layout(root: Path, task: str, counts: dict[str, dict[str, int]]) -> dict[str, Path]:
+    """`root/drmas_<task>/<split>.parquet` for each split in `counts` (split -> source -> rows), as the
+    reference's preprocessing writes them to `~/data/drmas_<task>/`.
+    """
+    make = reference_math_rows if task == "math" else reference_search_rows
+    return {
+        split: write_rows(root / f"drmas_{task}" / f"{split}.parquet", make(split.split("_")[0], per_source))
+        for split, per_source in counts.items()
+    }

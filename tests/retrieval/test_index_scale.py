@@ -86,6 +86,22 @@ def test_exact_top_k_in_chunks_equals_a_full_sort():
     assert recall_at_k(np.array([[1, 2, 3]]), np.array([[3, 4, 1]])) == pytest.approx(2 / 3)
 
 
+def test_exact_top_k_keeps_the_lowest_ids_of_a_tie_at_the_kth_score():
+    """Nine copies of one vector, k = 4: the tie straddles the cut, and the four lowest ids are kept (numpy's
+    argpartition keeps an arbitrary four, which ones depending on its SIMD code for the CPU)."""
+    rng = np.random.default_rng(0)
+    vecs = unit(rng, 300, 8)
+    vecs[[5, 40, 77, 120, 150, 199, 250, 260]] = vecs[3]
+    q = vecs[3:4].copy()
+    for chunk in (300, 64):
+        scores, ids = exact_top_k(q, vecs, 4, chunk=chunk)
+        # the expected order from the same chunked products, so the tie is whatever they make of it
+        full = np.concatenate([q @ vecs[start : start + chunk].T for start in range(0, 300, chunk)], axis=1)
+        expected = np.lexsort((np.arange(300), -full[0]))[:4]
+        assert ids[0].tolist() == expected.tolist(), chunk
+        assert np.array_equal(scores[0], full[0, expected])
+
+
 def test_ivfpq_is_built_in_chunks_and_its_recall_measured():
     vecs = clustered()
     cfg = IVFPQConfig(nlist=16, m=8, nprobe=4, train_size=1500, chunk=500)

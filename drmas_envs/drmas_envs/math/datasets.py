@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DataError, DatasetNotFoundError
+from drmas_envs.data import DataError, DatasetNotFoundError, RowErrors
 from drmas_envs.hub import locate
 from drmas_envs.math.answers import last_boxed
 from drmas_envs.math.known import KNOWN, MIXES, HubSource, KnownDataset, Member
@@ -78,6 +78,16 @@ def _get(item: Mapping[str, Any], key: str) -> Any:
 
 _MISSING = object()
 
+PATH_FIELDS = HubSource(
+    "",
+    "",
+    ("problem", "env_kwargs.question", "extra_info.question", "prompt"),
+    ("answer", "env_kwargs.ground_truth", "reward_model.ground_truth", "extra_info.answer"),
+)
+"""The fields of a file given by path: ours (`problem`, `answer`), else those of the files the reference's
+preprocessing writes (`examples/data_preprocess/drmas_math.py`: `train`, `test_sampled`, `test` parquet),
+whose `data_source` tags each row's source."""
+
 
 def _pick(item: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
     for k in keys:
@@ -117,30 +127,46 @@ def normalise_item(item: Mapping[str, Any], where: str, source: str, index: int,
 
 
 @functools.lru_cache(maxsize=64)
-def _load_file(path: str, size: int, mtime_ns: int, source: str, hub: HubSource | None) -> tuple[Task, ...]:
-    tasks = []
-    for i, (where, item) in enumerate(iter_rows(path)):
-        if hub is None:
-            missing = [f for f in ("problem", "answer") if f not in item]
-            if missing:
-                raise DataError(f"{where}: missing field(s) {missing}")
-        tasks.append(normalise_item(item, where, source, i, hub))
-    return tuple(tasks)
+def _load_file(
+    path: str, size: int, mtime_ns: int, source: str, hub: HubSource | None, bad_rows: str
+) -> tuple[tuple[Task, ...], dict[str, Any]]:
+    tasks, errors = [], RowErrors(bad_rows)
+    for i, (where, item) in enumerate(iter_rows(path, on_error=errors)):
+        try:
+            if hub is None:
+                names = {"problem": PATH_FIELDS.problem_keys, "answer": PATH_FIELDS.answer_keys}
+                missing = [f for f, keys in names.items() if _pick(item, keys) is None]
+                if missing:
+                    alternates = [k for f in missing for k in names[f][1:]]
+                    raise DataError(f"{where}: missing field(s) {missing} (or the reference layout's {alternates})")
+            task = normalise_item(item, where, source, i, hub or PATH_FIELDS)
+            if hub is None and item.get("data_source") and not item.get("source"):
+                task["source"] = str(item["data_source"])  # the reference's per-source tag (a file by path)
+            tasks.append(task)
+        except DataError as exc:
+            errors(exc)
+    if errors.count:
+        logger.warning("%s: skipped %d malformed row(s), first: %s", path, errors.count, "; ".join(errors.first))
+    return tuple(tasks), errors.record()
 
 
-def _file_tasks(path: Path, source: str | None = None, hub: HubSource | None = None) -> tuple[Task, ...]:
+def _file_tasks(
+    path: Path, source: str | None = None, hub: HubSource | None = None, bad_rows: str = "error"
+) -> tuple[tuple[Task, ...], dict[str, Any]]:
+    """A file's tasks and the record of the rows it skipped (empty unless `bad_rows` is "skip")."""
     p = path.expanduser().resolve()
     if not p.is_file():
         raise FileNotFoundError(f"dataset file not found: {p}")
     st = p.stat()
-    tasks = _load_file(str(p), st.st_size, st.st_mtime_ns, source or p.name.split(".")[0], hub)
+    tasks, skipped = _load_file(str(p), st.st_size, st.st_mtime_ns, source or p.name.split(".")[0], hub, bad_rows)
     if not tasks:
         raise DataError(f"{p}: no items")
-    return tasks
+    return tasks, skipped
 
 
-def load_jsonl_tasks(path: str | os.PathLike) -> TaskSet:
-    """The tasks of a JSONL or Parquet file (fields `problem`, `answer`, optional `id`, `source`), cached.
+def load_jsonl_tasks(path: str | os.PathLike, bad_rows: str = "error") -> TaskSet:
+    """The tasks of a JSONL or Parquet file (fields `problem`, `answer`, optional `id`, `source`, or the
+    reference's preprocessed layout: `PATH_FIELDS`), cached; `bad_rows` as `drmas_envs.data.BadRows`.
 
     Raises:
         DataError: a malformed line or row, named by path and line/row number.
@@ -151,13 +177,14 @@ def load_jsonl_tasks(path: str | os.PathLike) -> TaskSet:
     if not p.is_file():
         raise FileNotFoundError(f"dataset file not found: {p}")
     st = p.stat()
-    return _path_taskset(str(p), st.st_size, st.st_mtime_ns)
+    return _path_taskset(str(p), st.st_size, st.st_mtime_ns, bad_rows)
 
 
 @functools.lru_cache(maxsize=64)
-def _path_taskset(path: str, size: int, mtime_ns: int) -> TaskSet:
-    tasks = _file_tasks(Path(path))
-    return TaskSet(tasks, {"dataset": path, "n": len(tasks), "origin": "local", "files": [file_provenance(path)]})
+def _path_taskset(path: str, size: int, mtime_ns: int, bad_rows: str) -> TaskSet:
+    tasks, skipped = _file_tasks(Path(path), bad_rows=bad_rows)
+    record = {"dataset": path, "n": len(tasks), "origin": "local", "files": [file_provenance(path)], **skipped}
+    return TaskSet(tasks, record)
 
 
 def looks_like_path(dataset: str) -> bool:
@@ -167,8 +194,13 @@ def looks_like_path(dataset: str) -> bool:
     )
 
 
-def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None) -> TaskSet:
+def load_tasks(
+    dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: str = "error"
+) -> TaskSet:
     """Resolve `dataset` (a file path, a known name or a mix) and `split` to its tasks.
+
+    `bad_rows` (`drmas_envs.data.BadRows`): a malformed row stops the load ("error") or is skipped, counted
+    and named in the provenance's `skipped_rows` / `first_skipped` ("skip").
 
     Known names are looked up in `data_dir`, then $DRMAS_DATA_DIR (as `<dir>/<file>`, `<dir>/math/<file>`,
     or the hub repo's layout in `<dir>/<owner>/<name>/`), then on the Hugging Face hub.
@@ -183,10 +215,10 @@ def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLi
     if looks_like_path(dataset):
         if split not in (None, "", "test", "train"):
             logger.info("split %r ignored for the file %s", split, dataset)
-        return load_jsonl_tasks(dataset)
+        return load_jsonl_tasks(dataset, bad_rows)
     name = dataset.lower().replace("-", "_")
     if name in MIXES:
-        return load_mix(name, split, data_dir)
+        return load_mix(name, split, data_dir, bad_rows)
     if name not in KNOWN:
         raise ValueError(
             f"unknown math dataset {dataset!r}: give a JSONL/Parquet path or one of {sorted([*KNOWN, *MIXES])}"
@@ -204,8 +236,14 @@ def load_tasks(dataset: str, split: str | None = None, data_dir: str | os.PathLi
         subdirs=("math",),
         fields_hint="rows with `problem` and `answer`",
     )
-    tasks = tuple(t for f in found.files for t in _file_tasks(f, name, _fields(hub)))
-    return TaskSet(tasks, found.provenance(name, split, len(tasks)))
+    parts = [_file_tasks(f, name, _fields(hub), bad_rows) for f in found.files]
+    tasks = tuple(t for part, _ in parts for t in part)
+    skipped = [s for _, s in parts if s]
+    record = found.provenance(name, split, len(tasks))
+    if skipped:
+        record["skipped_rows"] = sum(s["skipped_rows"] for s in skipped)
+        record["first_skipped"] = [w for s in skipped for w in s["first_skipped"]][: RowErrors.KEEP]
+    return TaskSet(tasks, record)
 
 
 def _fields(hub: HubSource | None) -> HubSource:
@@ -219,7 +257,9 @@ def _fields(hub: HubSource | None) -> HubSource:
     )
 
 
-def load_mix(name: str, split: str | None = None, data_dir: str | os.PathLike | None = None) -> TaskSet:
+def load_mix(
+    name: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: str = "error"
+) -> TaskSet:
     """One of `MIXES`: its members resolved like known names, each item tagged with its member's `source`.
 
     Raises:
@@ -232,7 +272,7 @@ def load_mix(name: str, split: str | None = None, data_dir: str | os.PathLike | 
     members, missing = [], []
     for m in MIXES[name]:
         try:
-            members.append((m, load_tasks(m.dataset, None, data_dir)))
+            members.append((m, load_tasks(m.dataset, None, data_dir, bad_rows)))
         except DatasetNotFoundError as exc:
             missing.append(str(exc))
     if missing:

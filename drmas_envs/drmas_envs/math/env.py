@@ -14,12 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drmas_envs.data import BadRows
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.math import prompts as P
 from drmas_envs.math.answers import VERDICTS
 from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
-from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, default_grader
+from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, Grader, default_grader
 from drmas_envs.math.workflow import MathRules, MathWorkflowFactory
 from drmas_envs.prompt_files import load_prompts_file
 from drmas_envs.provenance import TaskSet
@@ -45,6 +46,9 @@ class MathEnvConfig:
     ("train" for the generated set)."""
     data_dir: str | os.PathLike | None = None
     """A local directory searched for known names before $DRMAS_DATA_DIR and the Hugging Face hub."""
+    bad_rows: BadRows = "error"
+    """A malformed dataset row: "error" stops with one line naming file and row; "skip" leaves it out, logs
+    how many and where the first ones are, and records them in the dataset's provenance (`skipped_rows`)."""
     level: int | tuple[int, ...] = (1, 2, 3)
     """Generated set only: difficulty levels 1-5; level 1 is single-digit + and - (see `generated`)."""
     n_per_level: int = 1000
@@ -100,9 +104,13 @@ class MathEnvConfig:
     prompts: Mapping[str, PromptTemplate | Mapping[str, str]] | None = None
     """Per-role prompt overrides: PromptTemplate or {"system": ..., "user": ...}; they win over `prompts_file`."""
     grader: Callable[[str | None, str], bool] | None = None
-    """Grades (answer, reference); None: the shared math-verify `Grader` (or one with `grade_timeout_s`)."""
+    """Grades (answer, reference); None: the shared math-verify `Grader` (or one with `grade_timeout_s`),
+    whose checks are right, wrong, over budget or error (`drmas_envs.math.grading`). A callable may return
+    a bool or a `grading.Grade`."""
     grade_timeout_s: float | None = None
     """Hard bound per grading check, in CPU seconds of the grading worker; None uses the shared grader's (5 s)."""
+    grade_max_answer_chars: int = 1000
+    """An answer longer than this many characters is over budget without parsing (a bound on grading cost)."""
     max_text_length: int = 1_000_000
     """The longest action or observation text the spaces admit."""
     render_mode: str | None = None
@@ -113,6 +121,8 @@ class MathEnvConfig:
             raise ValueError(f"n_agents must be 1 or 2, got {self.n_agents}")
         if self.max_loops < 1:
             raise ValueError(f"max_loops must be at least 1, got {self.max_loops}")
+        if self.bad_rows not in ("error", "skip"):
+            raise ValueError(f"bad_rows must be 'error' or 'skip', got {self.bad_rows!r}")
         if self.missing_verdict not in VERDICTS:
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {self.missing_verdict!r}")
         if self.verifier_mode not in VERIFIER_MODES:
@@ -127,6 +137,8 @@ class MathEnvConfig:
             raise ValueError(f"prompt_layout must be one of {tuple(P.LAYOUTS)}, got {self.prompt_layout!r}")
         if self.verdict_reward < 0:
             raise ValueError(f"verdict_reward must be >= 0, got {self.verdict_reward}")
+        if self.grade_max_answer_chars < 0:
+            raise ValueError(f"grade_max_answer_chars must be >= 0, got {self.grade_max_answer_chars}")
         if self.max_context_chars < 0:
             raise ValueError("max_context_chars must be >= 0 (0: no clipping)")
 
@@ -172,13 +184,17 @@ def env_tasks(cfg: MathEnvConfig) -> TaskSet:
         levels = [cfg.level] if isinstance(cfg.level, int) else list(cfg.level)
         record = {"dataset": "generated", "split": split, "n": len(tasks), "origin": "generated"}
         return TaskSet(tasks, {**record, "levels": levels, "n_per_level": cfg.n_per_level, "seed": cfg.gen_seed})
-    return load_tasks(str(cfg.dataset), cfg.split, cfg.data_dir)
+    return load_tasks(str(cfg.dataset), cfg.split, cfg.data_dir, cfg.bad_rows)
 
 
-def _grader(cfg: MathEnvConfig) -> Callable[[str | None, str], bool]:
-    if cfg.grader is not None:
-        return cfg.grader
-    return default_grader(cfg.grade_timeout_s or DEFAULT_TIMEOUT_S)
+def _grader(cfg: MathEnvConfig) -> tuple[Callable[[str | None, str], Any], Callable[[list[str]], dict] | None]:
+    """(grade, check_references): a `Grader`'s `check` and reference check (the configured one, else the
+    shared one), or a configured plain callable alone.
+    """
+    if cfg.grader is not None and not isinstance(cfg.grader, Grader):
+        return cfg.grader, None
+    grader = cfg.grader or default_grader(cfg.grade_timeout_s or DEFAULT_TIMEOUT_S, cfg.grade_max_answer_chars)
+    return grader.check, grader.check_references
 
 
 def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
@@ -190,8 +206,10 @@ def math_env(n_agents: int = 2, **kwargs: Any) -> WorkflowEnv:
 
     """
     cfg = MathEnvConfig(n_agents=n_agents, **kwargs)
+    grade, check_references = _grader(cfg)
     rules = MathRules(
-        grade=_grader(cfg),
+        grade=grade,
+        check_references=check_references,
         max_loops=cfg.max_loops,
         missing_verdict=cfg.missing_verdict,
         max_context_chars=cfg.max_context_chars,

@@ -1,15 +1,22 @@
 r"""Grading: is an extracted answer mathematically equivalent to the reference?
 
+Every check has one of four outcomes (`Grade.outcome`): right, wrong, over_budget (the check ran past a
+bound: its CPU time, or the answer's length or nesting), or error (the grader failed: math-verify cannot
+parse the reference, a comparison raised, or the worker died twice). An answer math-verify cannot parse
+is wrong, the answer's fault; a reference it cannot parse is the data's, an error. `Grade` is truthy iff
+right, so `bool(grader.check(a, r))` is the old yes/no.
+
 Two paths, both bounded in time:
 
 1. A fast path in this process: normalised string equality, and exact comparison when both sides
    are plain numbers (integers, decimals, `a/b`, `\frac{a}{b}`). It settles most integer answers in
    microseconds.
 2. Everything else goes to math-verify in a persistent worker subprocess
-   (`drmas_envs.math._grade_worker`). A check may use `timeout_s` seconds of the worker's CPU time; a
-   worker that overruns (say, on `9^{9^{9^{9}}}`) is killed, the check grades wrong, and a fresh worker
-   is started at once. This bound holds from any thread and any process (math-verify's own signal-based
-   timeout refuses non-main threads), and model text is never evaluated as code.
+   (`drmas_envs.math._grade_worker`, asked by `_grade_client`). A check may use `timeout_s` seconds of
+   the worker's CPU time; a worker that overruns (say, on `9^{9^{9^{9}}}`) is killed, the check is over
+   budget, and a fresh worker is started at once. A worker that dies mid-check is restarted and asked
+   once more. This bound holds from any thread and any process (math-verify's own signal-based timeout
+   refuses non-main threads), and model text is never evaluated as code.
 
 CPU time, not wall time: a grade must not depend on how busy the machine is. Under a wall-clock bound a
 check that a loaded (or paused, or SIGSTOPped) machine drew out past the bound graded wrong, so two runs
@@ -17,33 +24,41 @@ of the same seed could part on one reward. A check that uses no CPU at all (a bl
 after `wall_timeout_s`. Where the worker's CPU time cannot be read (no /proc), the bound is wall time.
 
 Inputs are capped before any parsing: answers longer than `max_answer_chars` or nested deeper than
-`max_depth` braces grade wrong.
+`max_depth` braces are over budget.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
-import logging
-import os
 import re
-import select
-import subprocess
-import sys
 import threading
-import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from drmas_envs.math._grade_client import WorkerClient, WorkerStartError
 
 DEFAULT_TIMEOUT_S = 5.0
 """The hard bound of one grading check, in seconds of the worker's CPU time."""
-_POLL_S = 0.25
-"""How often a waiting check reads the worker's CPU time, in seconds."""
-_WORKER_SHARE = 0.5
-"""The worker ends a check itself after this share of `timeout_s` (no restart); the kill is the backstop."""
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "OUTCOMES",
+    "RIGHT",
+    "WRONG",
+    "Grade",
+    "Grader",
+    "WorkerStartError",
+    "as_number",
+    "brace_depth",
+    "default_grader",
+    "fast_grade",
+    "grade",
+    "normalise",
+    "outcome_of",
+]
+
+OUTCOMES = ("right", "wrong", "over_budget", "error")
+"""The outcomes of a check, in the order `Grade.outcome` reports them."""
 
 _REMOVE = re.compile(r"\\left|\\right|\\displaystyle|\\[,;:! ]|\\quad|\\qquad|~|\s|\$|\\\$")
 _NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?$|^[+-]?\.\d+$")
@@ -110,16 +125,39 @@ def brace_depth(text: str) -> int:
     return deepest
 
 
+@dataclass(frozen=True)
+class Grade:
+    """The outcome of one check (one of `OUTCOMES`) and, for over_budget and error, why; truthy iff right."""
+
+    outcome: str
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.outcome == "right"
+
+
+RIGHT, WRONG = Grade("right"), Grade("wrong")
+
+
+def outcome_of(result: object) -> str:
+    """The outcome of what a grader returned: a `Grade`'s own, else right or wrong by truth (a plain bool)."""
+    outcome = getattr(result, "outcome", None)
+    return outcome if outcome in OUTCOMES else ("right" if result else "wrong")
+
+
 class Grader:
     """Grades answers against references with a hard time bound per check; safe in threads and processes.
 
+    `stats` counts checks by path (`fast`, `worker`, `capped`) and outcome (`over_budget`, `errors`), and
+    the worker's `timeouts` (kills at the bound), `retries` (deaths retried) and `deaths` (second deaths).
+
     Args:
         timeout_s: the most CPU seconds one check may use in the worker; an overrunning worker is
-            killed (the check grades wrong).
+            killed (the check is over budget).
         wall_timeout_s: the most wall seconds one check may take, CPU or not (a blocked worker);
             default max(60, 10 x timeout_s).
-        max_answer_chars: longer answers grade wrong without parsing.
-        max_depth: answers nested deeper than this many braces grade wrong without parsing.
+        max_answer_chars: longer answers are over budget without parsing.
+        max_depth: answers nested deeper than this many braces are over budget without parsing.
         startup_timeout_s: how long to wait for a (re)started worker to import math-verify; not
             counted in `timeout_s`.
 
@@ -141,174 +179,94 @@ class Grader:
         self.max_answer_chars = max_answer_chars
         self.max_depth = max_depth
         self.startup_timeout_s = startup_timeout_s
-        self.stats = {"fast": 0, "worker": 0, "over_budget": 0, "timeouts": 0, "capped": 0}
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._pid = os.getpid()
-        self._buf = b""
-        self._ready = False
+        self._client = WorkerClient(self)
+        self._counts = {"fast": 0, "worker": 0, "capped": 0, "over_budget": 0, "errors": 0}
 
     # -- public ---------------------------------------------------------------------------------
-    def grade(self, answer: str | None, reference: str) -> bool:
-        """Whether `answer` (an extracted box content, or None) is equivalent to `reference`."""
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts of this grader's checks (see the class docstring)."""
+        return {**self._counts, **self._client.stats}
+
+    def check(self, answer: str | None, reference: str) -> Grade:
+        """The outcome of grading `answer` (an extracted box content, or None) against `reference`."""
         if answer is None or not isinstance(answer, str):
-            return False
+            return WRONG
         if len(answer) > self.max_answer_chars or brace_depth(answer) > self.max_depth:
-            self.stats["capped"] += 1
-            return False
+            self._counts["capped"] += 1
+            self._counts["over_budget"] += 1
+            return Grade("over_budget", "the answer is longer or nested deeper than the grader reads")
         decided = fast_grade(answer, reference)
         if decided is not None:
-            self.stats["fast"] += 1
-            return decided
-        self.stats["worker"] += 1
+            self._counts["fast"] += 1
+            return RIGHT if decided else WRONG
+        self._counts["worker"] += 1
         return self.ask_worker(answer, reference)
 
+    def grade(self, answer: str | None, reference: str) -> bool:
+        """Whether `answer` (an extracted box content, or None) is equivalent to `reference`."""
+        return bool(self.check(answer, reference))
+
     __call__ = grade
+
+    def ask_worker(self, answer: str, reference: str) -> Grade:
+        """The outcome by the math-verify worker alone: no length or depth cap, no fast path, no
+        `stats["worker"]` count (what `check` calls when the fast path cannot decide).
+        """
+        outcome, reason = self._client.ask({"answer": answer, "reference": reference})
+        if outcome == "over_budget":
+            self._counts["over_budget"] += 1
+        elif outcome == "error":
+            self._counts["errors"] += 1
+        return Grade(outcome, reason)
+
+    def check_reference(self, reference: str) -> str:
+        """Why math-verify cannot parse `reference` ("" when it can, or when the fast path needs no parse:
+        a plain number). Over its time bound is a failure too.
+        """
+        if as_number(normalise(reference)) is not None:
+            return ""
+        outcome, reason = self._client.ask({"reference": reference})
+        return "" if outcome == "right" else reason or outcome
+
+    def check_references(self, references: Iterable[str], *, keep: int = 50) -> dict:
+        """Parse every distinct reference the fast path cannot settle alone; what a run records at start.
+
+        Returns:
+            {"checked": how many were parsed, "failed": how many failed, "failures": the first `keep`
+            as {"reference", "reason"}}.
+
+        """
+        distinct = dict.fromkeys(str(r) for r in references)
+        todo = [r for r in distinct if as_number(normalise(r)) is None]
+        failures = [{"reference": r, "reason": why} for r in todo if (why := self.check_reference(r))]
+        return {"checked": len(todo), "failed": len(failures), "failures": failures[:keep]}
 
     @property
     def worker_pid(self) -> int | None:
         """The math-verify worker's process id (None until a check first needs it, or after `close`)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._client.worker_pid
 
     def close(self) -> None:
         """Stop the worker (a later `grade` starts a new one)."""
-        if self._proc is not None and self._pid == os.getpid():
-            self._kill()
-
-    # -- the worker -------------------------------------------------------------------------------
-    def ask_worker(self, answer: str, reference: str) -> bool:
-        """Whether `answer` is equivalent to `reference`, by the math-verify worker alone: no length or
-        depth cap, no fast path, no `stats["worker"]` count (what `grade` calls when the fast path
-        cannot decide). A check over its time bound grades wrong.
-        """
-        if self._pid != os.getpid():  # forked: the worker and lock belong to the parent process
-            self._pid, self._proc, self._lock, self._buf, self._ready = os.getpid(), None, threading.Lock(), b"", False
-        with self._lock:
-            self._ensure_started()
-            # the worker's own CPU timer usually ends a slow check without a restart; the kill is the backstop
-            request = {"answer": answer, "reference": reference, "cpu_s": _WORKER_SHARE * self.timeout_s}
-            try:
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
-                self._proc.stdin.flush()
-                reply = json.loads(self._await_reply())
-            except TimeoutError:
-                self.stats["timeouts"] += 1
-                logger.info("grading went over its bound; worker restarted (answer %r)", answer[:80])
-                self._restart()
-                return False
-            except (OSError, EOFError, ValueError) as exc:
-                logger.warning("grading worker failed (%s); restarted", exc)
-                self._restart()
-                return False
-            if str(reply.get("error", "")).startswith("OverBudget"):
-                self.stats["over_budget"] += 1  # the worker ended the check itself, no restart
-            return bool(reply.get("ok", False))
-
-    def _spawn(self) -> None:
-        # the worker must import this very drmas_envs, whatever the caller did to sys.path
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "drmas_envs.math._grade_worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-            env=env,
-        )
-        self._buf = b""
-        self._ready = False
-
-    def _ensure_started(self) -> None:
-        if self._proc is None or self._proc.poll() is not None:
-            self._spawn()
-        if not self._ready:
-            try:
-                line = self._readline(time.monotonic() + self.startup_timeout_s)
-            except (TimeoutError, EOFError) as exc:
-                self._kill()
-                raise RuntimeError(
-                    "the math-verify grading worker did not start; check that `python -m "
-                    "drmas_envs.math._grade_worker` runs (is math-verify installed?)"
-                ) from exc
-            try:
-                hello = json.loads(line)
-            except ValueError:
-                hello = {}
-            if not isinstance(hello, dict) or not hello.get("ready"):
-                self._kill()
-                reason = hello.get("error") if isinstance(hello, dict) and hello.get("error") else line[:200]
-                raise RuntimeError(f"the math-verify grading worker failed its self-check: {reason!r}")
-            self._ready = True
-
-    def _await_reply(self) -> bytes:
-        """The worker's reply; TimeoutError once the check used `timeout_s` of its CPU or `wall_timeout_s`."""
-        pid = self._proc.pid
-        start = _cpu_seconds(pid)
-        if start is None:  # the worker's CPU time cannot be read here: wall time instead
-            return self._readline(time.monotonic() + self.timeout_s)
-        wall_end = time.monotonic() + self.wall_timeout_s
-        while True:
-            try:
-                return self._readline(min(wall_end, time.monotonic() + _POLL_S))
-            except TimeoutError:
-                used = _cpu_seconds(pid)
-                if time.monotonic() >= wall_end or used is None or used - start >= self.timeout_s:
-                    raise
-
-    def _readline(self, deadline: float) -> bytes:
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError("grading worker exited")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-
-    def _restart(self) -> None:
-        self._kill()
-        self._spawn()  # start importing now, so the next check does not wait for it
+        self._client.close()
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds process `pid` has used (Linux /proc), or None where that cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-_SHARED: dict[float, Grader] = {}
+_SHARED: dict[tuple[float, int], Grader] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def default_grader(timeout_s: float = DEFAULT_TIMEOUT_S) -> Grader:
-    """The process-wide shared `Grader` with this time bound (created on first use, stopped at exit).
+def default_grader(timeout_s: float = DEFAULT_TIMEOUT_S, max_answer_chars: int = 1000) -> Grader:
+    """The process-wide shared `Grader` with this time bound and answer cap (created on first use, stopped
+    at exit).
 
     Envs share it, so the hundreds of envs of an evaluation use one worker process, not hundreds.
     """
+    key = (float(timeout_s), int(max_answer_chars))
     with _SHARED_LOCK:
-        grader = _SHARED.get(float(timeout_s))
+        grader = _SHARED.get(key)
         if grader is None:
-            grader = _SHARED[float(timeout_s)] = Grader(timeout_s)
+            grader = _SHARED[key] = Grader(timeout_s, max_answer_chars=max_answer_chars)
             atexit.register(grader.close)
         return grader
 

@@ -46,17 +46,22 @@ Verifier which cannot yet tell the two apart is not pushed toward the majority v
 
 The score's facts (`infos`) also grade every attempt (`attempts_correct`, so a verdict can be judged
 against the attempt it reviewed) and the last number of the last attempt, boxed or not
-(`loose_correct`: does the model know the answer, format aside); neither changes the reward.
+(`loose_correct`: does the model know the answer, format aside); neither changes the reward. They
+also count the outcomes of the checks against the reference (`grades`: right, wrong, over_budget, error;
+`drmas_envs.math.grading`) and name each reference whose check was an error with why (`grade_errors`),
+so that a grader failure never passes as a wrong answer. A recomputing Verifier's comparison of two
+answers is not counted (neither side is a reference).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from drmas_envs.math import prompts as P
 from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_number, reference_verdict
+from drmas_envs.math.grading import OUTCOMES, outcome_of
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
 
 Grade = Callable[[str | None, str], bool]
@@ -67,7 +72,10 @@ class MathRules:
     """The episode rules of one math env, fixed for its episodes (`MathEnvConfig` documents each)."""
 
     grade: Grade
-    """Grades (answer, reference)."""
+    """Grades (answer, reference): a bool, or a `grading.Grade` whose outcome says over budget or error."""
+    check_references: Callable[[list[str]], dict] | None = None
+    """Parses references alone (`Grader.check_references`): what a run records at start; None for a
+    grader that cannot tell (a plain callable)."""
     max_loops: int = 2
     """Most Solver attempts; 1 for the Solver alone."""
     missing_verdict: str = "approve"
@@ -97,6 +105,17 @@ class MathSolo(Workflow):
     ):
         super().__init__(task, prompts=prompts)
         self.rules = rules
+        self._grades = dict.fromkeys(OUTCOMES, 0)
+        self._grade_errors: dict[str, str] = {}
+
+    def _grade(self, answer: str | None, reference: str) -> bool:
+        """Grade `answer` against the task's reference, counting the outcome (`grades` in the score's facts)."""
+        result = self.rules.grade(answer, reference)
+        outcome = outcome_of(result)
+        self._grades[outcome] += 1
+        if outcome == "error":
+            self._grade_errors.setdefault(reference, str(getattr(result, "reason", "")))
+        return outcome == "right"
 
     def first_role(self) -> str:
         return "solver"
@@ -129,13 +148,14 @@ class MathSolo(Workflow):
         }
 
     def score(self) -> Score:
-        grade = self.rules.grade
+        grade = self._grade
+        self._grades, self._grade_errors = dict.fromkeys(OUTCOMES, 0), {}  # the counts of this scoring
         solver_calls = self.calls_of("solver")
         answer = solver_calls[-1].parsed.value if solver_calls else None
         reference = str(self.task["answer"])
         # Every attempt graded once (the last one is the team's answer), so a Verifier's verdict can be
         # judged against the attempt it reviewed (review i follows attempt i).
-        attempts = [bool(grade(c.parsed.value, reference)) if c.parsed.valid else False for c in solver_calls]
+        attempts = [grade(c.parsed.value, reference) if c.parsed.valid else False for c in solver_calls]
         correct = attempts[-1] if attempts else False
         # The loose grade reads the last number of the last attempt; graded only when it differs from the box.
         loose = last_number(solver_calls[-1].text) if solver_calls else None
@@ -147,6 +167,8 @@ class MathSolo(Workflow):
             "verdicts": self._verdicts_per_attempt(),
             "attempts_correct": attempts,
             "loose_correct": loose_correct,
+            "grades": dict(self._grades),
+            "grade_errors": [{"reference": r, "reason": why} for r, why in self._grade_errors.items()],
         }
         return Score(float(correct), info, **self._per_call(attempts))
 
@@ -252,6 +274,14 @@ class MathWorkflowFactory:
     @property
     def roles(self) -> tuple[str, ...]:
         return self.workflow_class.roles
+
+    def check_references(self, tasks: Sequence[Mapping[str, Any]]) -> dict | None:
+        """Every distinct reference answer of `tasks` the fast path cannot settle, parsed alone
+        (`Grader.check_references`); None when the grader cannot tell.
+        """
+        if self.rules.check_references is None:
+            return None
+        return self.rules.check_references([str(t["answer"]) for t in tasks])
 
     @property
     def max_calls(self) -> int:

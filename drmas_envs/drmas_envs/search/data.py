@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DATA_DIR_ENV, DataError, find_local
+from drmas_envs.data import DATA_DIR_ENV, DataError, RowErrors, find_local
 from drmas_envs.hub import HubSplit, locate
 from drmas_envs.provenance import TaskSet, file_provenance
 from drmas_envs.search.world import generate_world
@@ -54,11 +54,19 @@ WORLD_NAMES = (None, "", "default", "world")
 CORPUS_CANDIDATES = ("corpus/wiki_passages.jsonl.gz", "wiki_passages.jsonl.gz", "corpus/wiki-18.jsonl", "wiki-18.jsonl")
 """Where a local data directory may hold the corpus used with the known (Wikipedia) datasets."""
 
-_COLUMNS = ("id", "question", "golden_answers", "data_source", "source", "reward_model")
+_COLUMNS = ("id", "question", "golden_answers", "data_source", "source", "reward_model", "env_kwargs", "extra_info")
+
+
+def _nested(item: dict[str, Any], outer: str, key: str) -> Any:
+    inner = item.get(outer)
+    return inner.get(key) if isinstance(inner, dict) else None
 
 
 def _answers(item: dict[str, Any], where: str) -> list[str]:
     gold = item.get("golden_answers")
+    if gold is None:  # the reference's preprocessed rows (drmas_search.py): env_kwargs.ground_truth
+        gold = _nested(item, "env_kwargs", "ground_truth")
+        gold = gold.get("target") if isinstance(gold, dict) else gold
     if gold is None and isinstance(item.get("reward_model"), dict):  # verl/Search-R1 rows: ground_truth.target
         truth = item["reward_model"].get("ground_truth")
         gold = truth.get("target") if isinstance(truth, dict) else truth
@@ -70,8 +78,11 @@ def _answers(item: dict[str, Any], where: str) -> list[str]:
 
 
 def _question(item: dict[str, Any], where: str, index: int, source: str) -> dict[str, Any]:
+    if "question" not in item:  # the reference's preprocessed rows keep it in env_kwargs / extra_info
+        found = _nested(item, "env_kwargs", "question") or _nested(item, "extra_info", "question")
+        item = {**item, "question": found} if found is not None else item
     missing = [f for f in ("question", "golden_answers") if f not in item]
-    if missing == ["golden_answers"] and "reward_model" in item:
+    if missing == ["golden_answers"] and ("reward_model" in item or _nested(item, "env_kwargs", "ground_truth")):
         missing = []
     if missing:
         raise DataError(f"{where}: missing field(s) {missing}")
@@ -85,19 +96,28 @@ def _question(item: dict[str, Any], where: str, index: int, source: str) -> dict
     }
 
 
-def read_questions(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_questions(path: str | os.PathLike, errors: RowErrors | None = None) -> list[dict[str, Any]]:
     """Questions from a JSONL or Parquet file with `question`, `golden_answers`, optional `id` and `source`.
 
     `source` defaults to the row's `data_source`, then the file's stem; `evaluate` reports per source.
-    Search-R1 / verl rows (`reward_model.ground_truth.target`) are read too.
+    Search-R1 / verl rows (`reward_model.ground_truth.target`) and the files the reference's preprocessing
+    writes (`examples/data_preprocess/drmas_search.py`: `env_kwargs.question`, `env_kwargs.ground_truth`)
+    are read too. `errors` (default: raise) decides what a malformed row does.
 
     Raises:
         DataError: a malformed line or row (named by file and line/row).
 
     """
-    path = Path(path)
+    path, errors = Path(path), errors or RowErrors()
     stem = path.name.split(".")[0]
-    items = [_question(item, where, i, stem) for i, (where, item) in enumerate(iter_rows(path, _COLUMNS))]
+    items = []
+    for i, (where, item) in enumerate(iter_rows(path, _COLUMNS, on_error=errors)):
+        try:
+            items.append(_question(item, where, i, stem))
+        except DataError as exc:
+            errors(exc)
+    if errors.count:
+        logger.warning("%s: skipped %d malformed row(s), first: %s", path, errors.count, "; ".join(errors.first))
     if not items:
         raise DataError(f"{path}: no questions")
     return items
@@ -118,7 +138,7 @@ def _first_per_source(items: Sequence[dict[str, Any]], n: int) -> list[dict[str,
     return out
 
 
-def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
+def _known(name: str, split: str, data_dir: str | None, errors: RowErrors) -> TaskSet:
     found = locate(
         f"{name} [{split}]",
         _local_candidates(name, split),
@@ -127,11 +147,11 @@ def _known(name: str, split: str, data_dir: str | None) -> TaskSet:
         subdirs=("search",),
         fields_hint="rows with `question` and `golden_answers`",
     )
-    items = [{**q, "source": name} for f in found.files for q in read_questions(f)]
-    return TaskSet(items, found.provenance(name, split, len(items)))
+    items = [{**q, "source": name} for f in found.files for q in read_questions(f, errors)]
+    return TaskSet(items, {**found.provenance(name, split, len(items)), **errors.record()})
 
 
-def _paper(name: str, data_dir: str | None) -> TaskSet:
+def _paper(name: str, data_dir: str | None, errors: RowErrors) -> TaskSet:
     split, per_source = PAPER_SETS[name]
     found = locate(
         name,
@@ -141,16 +161,18 @@ def _paper(name: str, data_dir: str | None) -> TaskSet:
         subdirs=("search",),
         fields_hint="rows with `question`, `golden_answers`, `data_source`",
     )
-    items = [{**q, "id": f"{q['source']}:{q['id']}"} for f in found.files for q in read_questions(f)]
+    items = [{**q, "id": f"{q['source']}:{q['id']}"} for f in found.files for q in read_questions(f, errors)]
     if per_source is not None:
         items = _first_per_source(items, per_source)
-    record = found.provenance(name, split, len(items))
+    record = {**found.provenance(name, split, len(items)), **errors.record()}
     if per_source is not None:
         record["per_source"] = per_source
     return TaskSet(items, record)
 
 
-def load_questions(dataset: str | None = None, split: str | None = None, data_dir: str | None = None) -> TaskSet:
+def load_questions(
+    dataset: str | None = None, split: str | None = None, data_dir: str | None = None, bad_rows: str = "error"
+) -> TaskSet:
     """The question items of a dataset (cached), with their provenance.
 
     Args:
@@ -160,17 +182,21 @@ def load_questions(dataset: str | None = None, split: str | None = None, data_di
         split: for the world "train" (default), "test" or "all"; for a FlashRAG name the file's split
             (default: the split the paper evaluates on); ignored for a path and the paper's sets.
         data_dir: a local data directory.
+        bad_rows: `drmas_envs.data.BadRows`: a malformed row stops the load ("error") or is skipped, counted
+            in the provenance's `skipped_rows` and `first_skipped` ("skip").
 
     Raises:
         DatasetNotFoundError: a known name is neither local nor on a reachable hub.
         DataError: a malformed file (named by file and line/row).
 
     """
-    return _load(dataset, split, None if data_dir is None else str(data_dir), os.environ.get(DATA_DIR_ENV))
+    where = None if data_dir is None else str(data_dir)
+    return _load(dataset, split, where, os.environ.get(DATA_DIR_ENV), bad_rows)
 
 
 @functools.lru_cache(maxsize=32)
-def _load(dataset: str | None, split: str | None, data_dir: str | None, env_dir: str | None) -> TaskSet:
+def _load(dataset: str | None, split: str | None, data_dir: str | None, env_dir: str | None, bad_rows: str) -> TaskSet:
+    errors = RowErrors(bad_rows)
     if dataset in WORLD_NAMES:
         split = split or "train"
         if split not in ("train", "test", "all"):
@@ -178,13 +204,14 @@ def _load(dataset: str | None, split: str | None, data_dir: str | None, env_dir:
         items = [q for q in generate_world().questions if split == "all" or q["split"] == split]
         return TaskSet(items, {"dataset": "world", "split": split, "n": len(items), "origin": "generated"})
     if dataset in PAPER_SETS:
-        return _paper(dataset, data_dir)
+        return _paper(dataset, data_dir, errors)
     if dataset in DEFAULT_SPLITS:
-        return _known(dataset, split or DEFAULT_SPLITS[dataset], data_dir)
-    path = Path(dataset)
+        return _known(dataset, split or DEFAULT_SPLITS[dataset], data_dir, errors)
+    path = Path(dataset).expanduser()
     if path.name.endswith((".jsonl", ".gz", ".parquet")) or path.exists():
-        items = read_questions(path)
+        items = read_questions(path, errors)
         record = {"dataset": str(path), "n": len(items), "origin": "local", "files": [file_provenance(path)]}
+        record.update(errors.record())
         return TaskSet(items, record)
     raise ValueError(
         f"unknown dataset {dataset!r}: give a JSONL/Parquet path or one of {sorted([*DEFAULT_SPLITS, *PAPER_SETS])}"

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from drmas_envs.data import BadRows
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template_fields
 from drmas_envs.provenance import TaskSet
@@ -44,6 +45,9 @@ class SearchConfig:
     """World: "train" (default), "test" or "all"; known names: the file's split (default: the paper's eval split)."""
     data_dir: str | None = None
     """Local data directory for known names (then $DRMAS_DATA_DIR, then the Hugging Face hub)."""
+    bad_rows: BadRows = "error"
+    """A malformed dataset row: "error" stops with one line naming file and row; "skip" leaves it out, logs
+    how many and where the first ones are, and records them in the dataset's provenance (`skipped_rows`)."""
     corpus: str | None = None
     """A JSONL(.gz) corpus; default: the world's own, or the data directory's Wikipedia passages for known names."""
     retriever: str = "bm25"
@@ -105,6 +109,10 @@ class SearchConfig:
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
     """Seconds per request to a retrieval service."""
+    retries: int = 3
+    """Extra attempts per request to a retrieval service after a connection error, a timeout or a 5xx/429
+    reply, the wait between them doubling from 0.2 s (3: 1.4 s in all; 10: 205 s, to ride out a restart).
+    After the last one, training stops with one line naming the service; its last checkpoint is intact."""
     prompts: Mapping[str, PromptTemplate | Mapping[str, str]] = field(default_factory=dict)
     """Per-role prompt overrides: a PromptTemplate or {"system": ..., "user": ...}; they win over `prompts_file`."""
     render_mode: str | None = None
@@ -117,6 +125,7 @@ class SearchConfig:
             ("verdict_parsing", ("strict", "reference")),
             ("malformed_answer", ("end", "continue")),
             ("prompt_layout", tuple(search_prompts.LAYOUTS)),
+            ("bad_rows", ("error", "skip")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
@@ -126,8 +135,8 @@ class SearchConfig:
             raise ValueError(
                 f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts"
             )
-        if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0:
-            raise ValueError("max_steps and topk must be at least 1, history_steps at least 0")
+        if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0 or self.retries < 0:
+            raise ValueError("max_steps and topk must be at least 1, history_steps and retries at least 0")
 
 
 @functools.lru_cache(maxsize=4)
@@ -138,7 +147,7 @@ def _world_retriever(kind: str, encoder: str) -> Retriever:
 def resolve_retriever(cfg: SearchConfig) -> Retriever:
     """The (cached) retriever the config asks for."""
     if cfg.retriever.startswith(("http://", "https://")):
-        return get_retriever(cfg.retriever, timeout=cfg.timeout)
+        return get_retriever(cfg.retriever, timeout=cfg.timeout, retries=cfg.retries)
     corpus = cfg.corpus
     if corpus is None and cfg.dataset in WORLD_NAMES:
         return _world_retriever(cfg.retriever, cfg.encoder)
@@ -215,7 +224,7 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
         raise TypeError(f"unknown search env option(s) {sorted(unknown)}; options: {sorted(valid)}")
     cfg = SearchConfig(**kwargs)
     cls = WORKFLOWS[n_agents]
-    tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir)
+    tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir, cfg.bad_rows)
     if cfg.hops is not None:
         tasks = _with_hops(tasks, cfg.hops)
     factory = _Factory(

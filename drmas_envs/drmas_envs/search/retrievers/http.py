@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -10,11 +11,12 @@ from typing import Any
 import requests
 
 from drmas_envs.search.retrievers.base import Passage, split_contents
+from drmas_envs.services import ServiceError
 
 logger = logging.getLogger(__name__)
 
 
-class RetrievalServiceError(RuntimeError):
+class RetrievalServiceError(ServiceError):
     """The retrieval service is unreachable, or answered with an error or a malformed reply."""
 
 
@@ -60,7 +62,9 @@ class HTTPRetriever:
         body = self._post(payload)
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrievalServiceError(f"{self.url}: malformed reply, expected 'result' with {len(queries)} lists")
+            raise RetrievalServiceError(
+                f"{self.url}: malformed reply, expected 'result' with {len(queries)} lists", self.url
+            )
         return [[self._passage(hit) for hit in hits] for hits in result]
 
     def _post(self, payload: dict[str, Any]) -> Any:
@@ -71,7 +75,7 @@ class HTTPRetriever:
             try:
                 reply = self.session.post(self.url, json=payload, timeout=self.timeout)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = _reason(exc)
                 logger.warning("retrieval service %s: attempt %d failed: %s", self.url, attempt + 1, last)
                 continue
             if reply.status_code == 429 or reply.status_code >= 500:
@@ -79,15 +83,16 @@ class HTTPRetriever:
                 continue
             if reply.status_code >= 400:
                 raise RetrievalServiceError(
-                    f"{self.url} refused the request: HTTP {reply.status_code}: {reply.text[:500]}"
+                    f"{self.url} refused the request: HTTP {reply.status_code}: {reply.text[:500]}", self.url
                 )
             try:
                 return reply.json()
             except ValueError:
-                raise RetrievalServiceError(f"{self.url}: reply is not JSON: {reply.text[:200]!r}") from None
+                raise RetrievalServiceError(f"{self.url}: reply is not JSON: {reply.text[:200]!r}", self.url) from None
         raise RetrievalServiceError(
             f"retrieval service at {self.url} failed after {self.retries + 1} attempts ({last}). "
-            "Is it running? Start one with `drmas-retrieval serve --index DIR`."
+            "Is it running? Start one with `drmas-retrieval serve --index DIR`.",
+            self.url,
         )
 
     def _passage(self, hit: Any) -> Passage:
@@ -96,4 +101,10 @@ class HTTPRetriever:
             title, text = (doc["title"], doc["text"]) if "text" in doc else split_contents(doc["contents"])
             return Passage(str(doc.get("id", "")), str(title), str(text), float(hit.get("score", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise RetrievalServiceError(f"{self.url}: malformed hit in reply: {str(hit)[:200]}") from None
+            raise RetrievalServiceError(f"{self.url}: malformed hit in reply: {str(hit)[:200]}", self.url) from None
+
+
+def _reason(exc: requests.RequestException) -> str:
+    """A failed attempt in a few words: the OS error ("[Errno 111] Connection refused") where there is one."""
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
+    return f"{type(exc).__name__}: {found.group(0).strip() if found else exc}"

@@ -193,6 +193,7 @@ def get_retriever(
     index_dir: str | None = None,
     encoder: str = "minilm",
     timeout: float = 30.0,
+    retries: int = 3,
 ) -> Retriever:
     """A retriever by spec, cached: repeated calls with the same arguments return the same object.
 
@@ -202,10 +203,11 @@ def get_retriever(
         index_dir: where the corpus's index lives or is built; default: a folder under `cache_root()`.
         encoder: the dense encoder ("minilm", "e5", a path or a hub id).
         timeout: seconds per request to a service.
+        retries: extra attempts per request to a service (`HTTPRetriever`).
 
     """
     if spec.startswith(("http://", "https://")):
-        return HTTPRetriever(spec, timeout=timeout)
+        return HTTPRetriever(spec, timeout=timeout, retries=retries)
     _check_kind(spec)
     if corpus is None:
         raise ValueError(f"retriever {spec!r} needs a corpus file (corpus=...)")

@@ -106,12 +106,27 @@ def exact_top_k(queries: np.ndarray, vectors: np.ndarray, k: int, chunk: int = C
         s = queries @ block.T
         kk = min(k, s.shape[1])
         part = np.argpartition(-s, kk - 1, axis=1)[:, :kk]
+        _lowest_ids_at_the_kth(s, part)
         cand_s = np.concatenate([best_s, np.take_along_axis(s, part, axis=1)], axis=1)
         cand_i = np.concatenate([best_i, part + start], axis=1)
         order = np.lexsort((cand_i, -cand_s), axis=1)[:, :k]
         best_s = np.take_along_axis(cand_s, order, axis=1)
         best_i = np.take_along_axis(cand_i, order, axis=1)
     return best_s, best_i
+
+
+def _lowest_ids_at_the_kth(scores: np.ndarray, part: np.ndarray) -> None:
+    """Make each row of `part` (argpartition's kk best columns of `scores`) keep the lowest ids among the
+    scores tied at its k-th: argpartition keeps an arbitrary few of them, which ones depending on numpy's
+    SIMD code for the CPU. Only rows where such a tie straddles the cut are sorted again (rare).
+    """
+    kk = part.shape[1]
+    picked = np.take_along_axis(scores, part, axis=1)
+    kth = picked.min(axis=1, keepdims=True)
+    straddling = np.flatnonzero((scores == kth).sum(axis=1) > (picked == kth).sum(axis=1))
+    columns = np.arange(scores.shape[1])
+    for row in straddling:
+        part[row] = np.lexsort((columns, -scores[row]))[:kk]
 
 
 def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
