@@ -15,7 +15,8 @@ response caps, micro-batch, gradient checkpointing, lr 1e-6): `backend.generate`
 done with the libraries directly on the same batch: the engine's raw `generate` (no log-probs, no
 seeds) and a plain forward/backward (cross-entropy on the response tokens, same micro-batches and
 checkpointing) plus one AdamW step. The table prints seconds, tokens/s and peak device memory per
-phase, and the step's ratio to the floor (1.0: no overhead over the libraries).
+phase, and the step's ratio to the floor (1.0: no overhead over the libraries). Then the learner's memory
+beside `drmas-train plan`'s figures (`drmas_benchmarks.gpu_memory`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drmas_benchmarks.gpu_memory import memory_rows, memory_table
 from drmas_train.plan.arch import KNOWN_ARCHS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +54,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.25, help="math preset: 0.25 per engine")
     p.add_argument("--eager", action="store_true", help="vLLM without CUDA graphs / compile (faster start)")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument(
+        "--memory-layers",
+        type=int,
+        default=None,
+        help="decoder layers of the memory part's fp32 model (default: 18 of Qwen3-4B's 36 on a GPU, whose whole "
+        "fp32 model with AdamW does not fit beside the engine; all of the tiny one's); 0 skips the memory part",
+    )
     args = p.parse_args(argv)
     small = args.cpu_smoke
     args.batch = args.batch or (4 if small else 8)
     args.prompt_tokens = args.prompt_tokens or (48 if small else 1024)
     args.response_tokens = args.response_tokens or (16 if small else 4096)
+    if args.memory_layers is None:
+        args.memory_layers = TINY["num_hidden_layers"] if small else 18
     return args
 
 
@@ -275,6 +286,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"{'step (generate+update+push)':<28}{result['step_seconds']:>10.2f}")
     lines.append(f"{'floor (raw gen + raw train)':<28}{result['floor_seconds']:>10.2f}")
     lines.append(f"{'ratio step / floor':<28}{result['ratio']:>10.2f}")
+    lines += memory_table(result.get("memory", []))
     return "\n".join(lines)
 
 
@@ -284,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-    result = run(args)
+    result = run(args)  # its model, engine and learner are freed on return: the memory part builds its own
+    shape, device = (TINY, "cpu") if args.cpu_smoke else (QWEN3_4B, "cuda")
+    result["memory"] = memory_rows(args, shape, device, pad_token_id=1) if args.memory_layers else []
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

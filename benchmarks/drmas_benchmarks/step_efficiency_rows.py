@@ -39,16 +39,21 @@ class GradeClock:
         make = math_env.default_grader
 
         def timed_grader(*args: Any, **kwargs: Any) -> Any:
-            grade = make(*args, **kwargs)
+            grader = make(*args, **kwargs)  # one shared `Grader`: its `check` is timed once
+            if getattr(grader.check, "timed_by", None) is self:
+                return grader
+            check = grader.check
 
-            def timed(answer: str | None, reference: str) -> bool:
+            def timed(answer: str | None, reference: str) -> Any:
                 t0 = time.perf_counter()
                 try:
-                    return grade(answer, reference)
+                    return check(answer, reference)
                 finally:
                     self.seconds += time.perf_counter() - t0
 
-            return timed
+            timed.timed_by = self  # type: ignore[attr-defined]
+            grader.check = timed
+            return grader
 
         math_env.default_grader = timed_grader
 

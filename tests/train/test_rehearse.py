@@ -9,7 +9,9 @@ for vllm), assignment, placement and pools (Ray on local CPUs, data-parallel ran
 preset says), estimator, per-agent settings, mini-batches, chat-template options, env options, and
 the prompt and response caps. Every prompt is cut to exactly `max_prompt_tokens` and every response
 runs to its `max_new_tokens` (the stand-ins never sample EOS), so each engine serves calls of
-exactly its derived `max_model_len`. A preset that cannot be rehearsed fails; nothing here skips.
+exactly its derived `max_model_len`. Under `learner.batch_layout: reference` each model trains its calls
+and the copies that pad them to the reference's multiple. A preset that cannot be rehearsed fails; nothing
+here skips.
 """
 
 import json
@@ -22,6 +24,8 @@ import rehearsal
 from drmas_envs.search.retrievers import get_retriever
 from drmas_retrieval import ServiceConfig, serve_in_thread
 from drmas_train.config import build_config, list_presets, load_preset, to_dict
+from drmas_train.learner.layout import padding_multiple, world_size_of
+from drmas_train.learner.policy_ops import learner_config
 from drmas_train.run.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -62,6 +66,16 @@ def test_every_paper_preset_is_rehearsed():
 def _changed(reference, cfg):
     ref, got = rehearsal.flatten(to_dict(reference)), rehearsal.flatten(to_dict(cfg))
     return {k for k in ref.keys() | got.keys() if ref.get(k, MISSING) != got.get(k, MISSING)}
+
+
+def _copies(cfg, trainer, model, n_calls):
+    """How many copies `batch_layout: reference` pads the model's calls with (0 under packed)."""
+    config = learner_config(cfg, model, trainer.policies[model].agents)
+    if config.batch_layout != "reference":
+        return 0
+    world = world_size_of(trainer.learners[model])
+    multiple = padding_multiple(world, config.micro_batch_size, config.logprob_micro_batch_size)
+    return -n_calls % multiple
 
 
 def _cap(cfg, agent):
@@ -105,8 +119,11 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     assert calls and {c["prompt_tokens"] for c in calls} == {cfg.rollout.max_prompt_tokens}
     for model in {trainer.serving[a].name for a in acted}:  # each model trained on its full-length calls
         mine = [a for a in acted if trainer.serving[a].name == model]
-        n_calls = sum(row[f"calls/{a}"] * row["episodes"] for a in mine)
-        assert row[f"learner/{model}/n_samples"] == n_calls, model
-        assert row[f"learner/{model}/n_tokens"] == sum(row[f"calls/{a}"] * row["episodes"] * _cap(cfg, a) for a in mine)
+        n_calls = round(sum(row[f"calls/{a}"] * row["episodes"] for a in mine))
+        tokens = sum(row[f"calls/{a}"] * row["episodes"] * _cap(cfg, a) for a in mine)
+        copies = _copies(cfg, trainer, model, n_calls)  # batch_layout reference: copies trained too
+        assert row[f"learner/{model}/n_samples"] == n_calls + copies, model
+        caps = [_cap(cfg, a) for a in mine]
+        assert tokens + copies * min(caps) <= row[f"learner/{model}/n_tokens"] <= tokens + copies * max(caps), model
         assert math.isfinite(row[f"grad_norm/{model}"]), model
     assert (run / "checkpoints" / "step-000001").is_dir()  # weights gathered from the ranks

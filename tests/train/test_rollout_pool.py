@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from drmas_train.config import PlacementConfig, PoolSize, build_config, save_config
+from drmas_train.placement.loopback import loopback_only
 from drmas_train.placement.rollout_pool import ROLLOUT_POOL, check_worker_names, engine_groups
 from drmas_train.run.trainer import Trainer
 
@@ -68,7 +69,8 @@ def test_rollout_pool_config_is_checked(tmp_path):
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)  # logical CPUs: the pools' sum
+    with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)  # logical CPUs: the pools' sum
     yield ray
     ray.shutdown()
 

@@ -38,6 +38,7 @@ def test_is_a_backend(tiny):
     assert isinstance(TransformersBackend(*tiny), Backend)
 
 
+@pytest.mark.numerics
 def test_greedy_equals_direct_argmax_and_logprobs_match(tiny):
     model, tok = tiny
     backend = TransformersBackend(model, tok)
@@ -52,12 +53,15 @@ def test_greedy_equals_direct_argmax_and_logprobs_match(tiny):
         torch.testing.assert_close(torch.tensor(gen.logprobs), picked, atol=1e-4, rtol=0)
 
 
-def test_sampled_logprobs_are_at_the_call_temperature_without_top_p(tiny):
-    """log softmax(logits / T) of the sampled ids, not renormalised over the top-p nucleus: the learner's quantity."""
+def test_sampled_logprobs_are_at_the_call_temperature(tiny):
+    """log softmax(logits / T) of the sampled ids at top-p 1: the learner's quantity.
+
+    At top-p < 1 they are renormalised over the nucleus, as vLLM's (test_temperature.py).
+    """
     model, tok = tiny
     backend = TransformersBackend(model, tok)
     prompts = _prompts(tok)
-    gens = backend.generate(prompts, [SamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=12)] * 3, seed=1)
+    gens = backend.generate(prompts, [SamplingParams(temperature=0.5, top_p=1.0, max_new_tokens=12)] * 3, seed=1)
     for prompt, gen in zip(prompts, gens):
         with torch.no_grad():
             logits = model(torch.tensor([prompt + gen.response_ids])).logits[0, len(prompt) - 1 : -1].float()
@@ -144,6 +148,7 @@ def _prefill_batch_sizes(model):
     return sizes, model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+@pytest.mark.numerics
 def test_shared_prefill_runs_each_distinct_prompt_once_and_changes_no_output(tiny):
     model, tok = tiny
     batch = [p for p in _prompts(tok) for _ in range(4)]  # GRPO: every prompt sampled 4 times
@@ -165,6 +170,7 @@ def test_shared_prefill_runs_each_distinct_prompt_once_and_changes_no_output(tin
         handle.remove()
 
 
+@pytest.mark.numerics
 def test_shared_prefill_keeps_adapters_apart(tiny):
     from peft import LoraConfig, get_peft_model
 
@@ -189,6 +195,7 @@ def test_shared_prefill_keeps_adapters_apart(tiny):
     assert fanned[0].logprobs != pytest.approx(fanned[1].logprobs, abs=1e-3)
 
 
+@pytest.mark.numerics
 def test_per_row_seeds_make_sampling_batch_invariant(tmp_path):
     """A row's tokens depend on its own seed, not on its batch: alone, in a batch of 8, reversed, in chunks of 3.
 
@@ -234,6 +241,7 @@ def _nucleus_by_full_sort(logits, top_p):
     return ~drop
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("scale", [1.0, 8.0])  # flat rows: nucleus past the probe (full sort); peaked: inside it
 def test_top_p_filter_keeps_the_nucleus_of_a_full_sort_and_top_p_one_keeps_all(scale):
     from drmas_train.engines.nucleus import NUCLEUS_PROBE, filter_top_p

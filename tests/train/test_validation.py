@@ -46,6 +46,7 @@ def test_validation_metrics_logged_before_and_during_training(tmp_path):
         assert names <= set(row), names - set(row)
         assert "val/approve_right" in row or "val/approve_wrong" in row
         assert row["val/n_problems"] == 3 and row["time/validate"] > 0
+        assert row["val/grade/errors"] == 0 and row["val/grade/over_budget"] == 0 and "val/grade/checks" in row
         assert 0 <= row["val/avg@3"] <= row["val/pass@3"] <= 1
     assert trainer.initial_validation["val/avg@3"] == logged[0]["val/avg@3"]
 

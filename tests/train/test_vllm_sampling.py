@@ -56,6 +56,7 @@ def _only_rounding_differs(got, want, logits, p, band=1e-5):
     return bool(((mass_above[differ] - p[:, None].expand_as(probs)[differ]).abs() < band).all())
 
 
+@pytest.mark.numerics
 def test_the_cpu_sampler_keeps_vllms_nucleus_without_sorting_the_vocabulary():
     import torch
     from vllm.v1.sample.ops import topk_topp_sampler as ops

@@ -26,7 +26,8 @@ from drmas_train.engines.extras import MissingExtraError
 USAGE = (
     "%(prog)s [--preset NAME|FILE] [--env ID] [options] [--set KEY=VALUE ...] [--SECTION.FIELD VALUE ...]\n"
     "       %(prog)s eval [--checkpoint DIR | --model NAME --env ID] [options]  (see: %(prog)s eval --help)\n"
-    "       %(prog)s plan [--preset NAME|FILE] [--set KEY=VALUE ...] [--json]  (see: %(prog)s plan --help)"
+    "       %(prog)s plan [--preset NAME|FILE] [--set KEY=VALUE ...] [--json]  (see: %(prog)s plan --help)\n"
+    "       %(prog)s export RUN_DIR[/checkpoints/step-N] --out DIR [--lora merged|adapter]"
 )
 
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, FileNotFoundError, yaml.YAMLError)

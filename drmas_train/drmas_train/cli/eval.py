@@ -14,6 +14,7 @@ engines' included, go to standard error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -26,7 +27,16 @@ from typing import Any
 from drmas_envs.cli import EVAL_DEFAULTS, add_eval_arguments
 from drmas_envs.evaluate import result_table
 from drmas_train.cli.args import check_saved_env
-from drmas_train.config import BackendName, TrainConfig, Truncation, build_config, choices, default_preset
+from drmas_train.config import (
+    BackendName,
+    TrainConfig,
+    Truncation,
+    build_config,
+    choices,
+    default_preset,
+    parse_assignment,
+)
+from drmas_train.config.help import field_choices
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +75,14 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu, cuda or auto")
     p.add_argument("--backend", default=None, choices=choices(BackendName), help="generation engine")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
+    p.add_argument(
+        "--placement",
+        default=None,
+        choices=field_choices("placement.mode"),
+        help="shared: the problems split over placement.shared_pool.ranks engine replicas (Ray); none (default, "
+        "whatever the run used): this process",
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config field")
     return p
 
 
@@ -105,8 +123,11 @@ def _overrides(args: argparse.Namespace, agents: list[str]) -> dict[str, Any]:
         "eval.greedy": args.greedy,
         "eval.split": args.split,
         "eval.env_kwargs.dataset": args.dataset,
+        "placement.mode": args.placement,
     }
-    out = {key: value for key, value in flags.items() if value is not None}
+    out = dict(parse_assignment(item) for item in args.set)  # as training: the named flags win
+    out.update({key: value for key, value in flags.items() if value is not None})
+    out.setdefault("placement.mode", "none")  # a placed run's checkpoint is evaluated here unless asked
     out.update({f"eval.env_kwargs.{key}": value for key, value in args.env_arg})
     for agent in agents:
         for field in ("max_new_tokens", "stop"):
@@ -142,14 +163,20 @@ def build_team(cfg: TrainConfig, agents: list[str], folder: Path | None) -> dict
     from drmas_train.learner.policy_ops import load_policy_weights, sync_engine
     from drmas_train.rollout.versions import WeightClock, version_engines
     from drmas_train.run.checkpoint import load_model_weights
+    from drmas_train.run.eval_pool import engine_dtype
 
     resolve_engine(cfg.models)
     ranks = {a: o.lora_rank for a, o in cfg.agents.items() if o.lora_rank is not None}
-    policies = build_policies(cfg.models, agents, seed=cfg.seed, lora_ranks=ranks)
+    # the modules in the engine's dtype: what generates, or (vLLM) what pushes into the engine
+    models = dataclasses.replace(cfg.models, dtype=engine_dtype(cfg))
+    policies = build_policies(models, agents, seed=cfg.seed, lora_ranks=ranks)
+    if cfg.models.engine.sleep:  # each generation wakes its engine with the module's weights
+        from drmas_train.engines.sleep import sleep_engines
+
+        sleep_engines(policies)
     if folder is not None:
-        weights = load_model_weights(folder)
-        for name, policy in policies.items():
-            load_policy_weights(policy, weights[name])
+        for name, policy in policies.items():  # one model's tensors at a time, mapped from the file
+            load_policy_weights(policy, load_model_weights(folder, [name], mmap=True)[name])
             sync_engine(policy)  # a vLLM engine holds its own copy of the weights
         # the checkpoint's weights are the run's version `step`, as its validation reported them
         step = json.loads((folder / "state.json").read_text())["step"]
@@ -176,9 +203,20 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     agents = list(probe.possible_agents)
     env_kwargs = validation.team_env_kwargs(cfg, probe)
     envs = validation.make_eval_envs(cfg.env.id, env_kwargs, cfg.eval)  # data errors before any model loads
-    serving = build_team(cfg, agents, folder)
     sampling = {a: validation.agent_sampling(cfg, a) for a in agents}
-    result = validation.evaluate_team(envs, serving, sampling, cfg.eval, **validation.prompt_options(cfg, agents))
+    options = validation.prompt_options(cfg, agents)
+    placed = {}
+    if cfg.placement.mode == "none":
+        result = validation.evaluate_team(envs, build_team(cfg, agents, folder), sampling, cfg.eval, **options)
+    else:
+        from drmas_train.run.eval_pool import start_engine_pool
+
+        pool = start_engine_pool(cfg, agents, folder)
+        try:
+            result = validation.evaluate_team(envs, pool.serving, sampling, cfg.eval, **options)
+            placed = {"rows_per_replica": pool.rows_per_replica()}
+        finally:
+            pool.close()
     e = cfg.eval
     return {
         "env": cfg.env.id,
@@ -189,6 +227,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
         "seed": e.seed,
         **result,
         "metrics": validation.metrics_row(result),
+        **placed,
     }
 
 

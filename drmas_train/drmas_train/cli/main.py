@@ -8,6 +8,7 @@ drmas-train --run-dir runs/cpu --resume             # continue after a crash or 
 drmas-train --preset smoke --placement shared       # models in Ray workers on one pool (local Ray)
 drmas-train eval --checkpoint runs/cpu --json       # the run's last checkpoint, validated as in training
 drmas-train plan --preset math-2x-qwen3-4b          # data, prompt lengths, memory per GPU, time: no GPU needed
+drmas-train export runs/cpu --out exported/         # each trained model as a Hugging Face folder
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ def _before_after(first: dict[str, Any], last: dict[str, Any]) -> str:
     """Each headline and per-agent validation figure, first -> last (per-source rows left to metrics.jsonl)."""
     per_source = [k for k in first if "/avg@" in k and not k.startswith("val/avg@")]
     keys = [k for k in first if k.startswith("val/") and k in last and k not in per_source and k != "val/n_problems"]
+    keys = [k for k in keys if not k.startswith("val/grade/")]  # counts, in metrics.jsonl
     return "; ".join(f"{k[4:]} {first[k]:.3f} -> {last[k]:.3f}" for k in keys)
 
 
@@ -61,8 +64,18 @@ def _progress_line(row: dict[str, Any], agents: list[str], last_val: dict[str, A
         parts.append(f"{a}: r {row.get(f'reward/{a}', 0):.2f} valid {row.get(f'valid/{a}', 0):.2f}{_no_signal(row, a)}")
     grads = [f"{k.split('/', 1)[1]} {v:.3g}" for k, v in row.items() if k.startswith("grad_norm/")]
     parts.append("|g| " + ", ".join(grads))
+    if "grade/errors" in row:
+        parts.append(f"grade err {row['grade/errors']} over budget {row['grade/over_budget']}")
     parts.append(f"{row['time/step']:.1f}s/step")
     return " | ".join(parts)
+
+
+def eta(elapsed_s: float, steps_done: int, steps_left: int) -> str:
+    """The time to the run's last step at the mean step time of this process so far (validations included)."""
+    if steps_done <= 0:
+        return "ETA -"
+    s = round(elapsed_s / steps_done * steps_left)
+    return f"ETA {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def _no_signal(row: dict[str, Any], agent: str) -> str:
@@ -102,7 +115,10 @@ def train_main(argv: list[str]) -> int:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
     from drmas_envs import EnvNotFoundError
+    from drmas_envs.math.grading import WorkerStartError
     from drmas_train.placement.failures import WorkerDiedError
+    from drmas_train.run.grading import GradingError
+    from drmas_train.run.outage import ServiceOutageError
     from drmas_train.run.trainer import Trainer
 
     try:
@@ -116,6 +132,9 @@ def train_main(argv: list[str]) -> int:
     except SETUP_ERRORS as exc:  # bad data, a missing file or package: one line, no traceback
         report_error(console, "error", exc, args.verbose)
         return 1
+    except WorkerStartError as exc:  # math-verify missing or failing its self-check at the reference check
+        report_error(console, "error", exc, args.verbose)
+        return 5
     console.print(
         f"[bold]drmas-train[/bold] env {cfg.env.id} | agents {trainer.agents} | policies "
         f"{list(trainer.policies)} ({cfg.models.assignment}, placement {cfg.placement.mode}) | "
@@ -132,6 +151,7 @@ def train_main(argv: list[str]) -> int:
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("rolling out...", total=cfg.steps, completed=trainer.step)
         last_val: dict[str, Any] = {}
+        first_step, started = trainer.step, time.monotonic()
 
         def on_step(row: dict[str, Any]) -> None:
             if trainer.initial_validation and not last_val:
@@ -142,6 +162,7 @@ def train_main(argv: list[str]) -> int:
                 last_val.update(row)
                 progress.console.print(f"validation at step {row['step']}: {_val_summary(row)}")
             line = _progress_line(row, trainer.agents, last_val)
+            line += " | " + eta(time.monotonic() - started, row["step"] - first_step, cfg.steps - row["step"])
             progress.update(task, completed=row["step"], description=line)
 
         try:
@@ -150,6 +171,14 @@ def train_main(argv: list[str]) -> int:
             progress.stop()
             report_error(console, "error", exc, args.verbose)
             return 3
+        except ServiceOutageError as exc:  # the env's retrieval service down: one line naming its URL
+            progress.stop()
+            report_error(console, "error", exc, args.verbose)
+            return 4
+        except GradingError as exc:  # too many of a step's grades were errors: one line naming the references
+            progress.stop()
+            report_error(console, "error", exc, args.verbose)
+            return 5
     if rows:
         last = rows[-1]
         console.print(f"done: step {last['step']}, {_progress_line(last, trainer.agents)}")
@@ -178,6 +207,14 @@ def eval_main(argv: list[str]) -> int:
     except SETUP_ERRORS as exc:
         report_error(console, "error", exc)
         return 1
+    except RuntimeError as exc:  # the env's retrieval service down: one line naming it
+        from drmas_train.run.outage import service_error
+
+        cause = service_error(exc)
+        if cause is None:
+            raise
+        report_error(console, "error", cause)
+        return 4
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2) if args.json else report_table(result))
@@ -212,4 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         return eval_main(argv[1:])
     if argv and argv[0] == "plan":
         return plan_main(argv[1:])
+    if argv and argv[0] == "export":
+        from drmas_train.cli.export import export_main
+
+        return export_main(argv[1:])
     return train_main(argv)

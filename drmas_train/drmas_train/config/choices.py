@@ -24,10 +24,14 @@ OldLogprobs = Literal["recompute", "sampled", "decoupled"]
 """Where the PPO ratio's denominator comes from."""
 LossAgg = Literal["token_mean", "micro_token_mean"]
 """How the per-token losses of a mini-batch become one loss."""
+BatchLayout = Literal["reference", "packed"]
+"""Which records share a rank, a mini-batch and a micro-batch in one update (`learner.layout`)."""
 ComputeDtype = Literal["auto", "float32", "bfloat16"]
 """The dtype of the learner's matmuls (weights and optimizer state stay in `models.dtype`)."""
 HeadDtype = Literal["float32", "compute"]
 """The dtype of the learner's LM-head matmul under mixed precision."""
+ResidualDtype = Literal["float32", "compute"]
+"""The dtype of the hidden states between the learner's decoder layers under mixed precision."""
 PlacementMode = Literal["none", "shared", "per_agent"]
 """Where the models run."""
 RolloutRanks = Literal["all", "first"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass
 class EngineConfig:
-    """How a vLLM engine is built (the transformers backend reads `max_model_len` only)."""
+    """How a vLLM engine is built (the transformers backend reads `max_model_len` and `sleep` only)."""
 
     max_model_len: int | None = None
     """Longest prompt + response per call. None: derived, `rollout.max_prompt_tokens` + the largest
@@ -34,6 +34,12 @@ class EngineConfig:
     """A fixed KV-cache size in GiB instead of `gpu_memory_utilization`. None: that share on GPU, 1 GiB on CPU."""
     tensor_parallel_size: int = 1
     """GPUs one engine spans (the reference: 1)."""
+    sleep: bool = False
+    """Hold GPU memory only while generating: after each generation the engine sleeps (vLLM sleep level
+    2: weights and KV cache released), and before the next it wakes and takes the current weights, so one
+    engine per rank is awake at a time and each can take `gpu_memory_utilization` of the GPU, as the
+    reference's engines do (`engines.sleep`). An engine that cannot sleep (vLLM on a CPU) says so at
+    start-up and stays resident."""
 
     def __post_init__(self) -> None:
         if self.max_model_len is not None and self.max_model_len < 2:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drmas_train.config.choices import ComputeDtype, Forward, HeadDtype, LossAgg, OldLogprobs, check_choices
+from drmas_train.config.choices import (
+    BatchLayout,
+    ComputeDtype,
+    Forward,
+    HeadDtype,
+    LossAgg,
+    OldLogprobs,
+    ResidualDtype,
+    check_choices,
+)
 
 
 @dataclass
@@ -34,7 +43,9 @@ class PPOConfig:
     ppo_epochs: int = 1
     """Passes over the rollout batch per step. Paper: 1 (strictly on-policy; the ratio is then exactly 1)."""
     mini_batches: int = 1
-    """Optimizer steps per epoch (the batch is shuffled and split). Paper: 1."""
+    """Optimizer steps per epoch (batch_layout packed: the batch is shuffled and split; reference: verl's
+    ppo_mini_update_num, mini-batches of ceil(records / (mini_batches x ranks)) per rank). Paper: 1 for math,
+    5 for search."""
     micro_batch_size: int = 4
     """Sequences per forward/backward; lower it to save memory. With `loss_agg: token_mean` the gradient
     is the same whatever its value."""
@@ -46,6 +57,23 @@ class PPOConfig:
     accumulation steps, averaged over ranks): a token of a micro-batch of short replies weighs more than
     one of long replies, and the gradient norm changes with the micro-batch size (docs/gpus.md,
     "Loss aggregation"). The paper presets use micro_token_mean."""
+    batch_layout: BatchLayout = "packed"
+    """Which records share a rank, a mini-batch and a micro-batch (learner/layout.py). packed: the records are
+    shuffled (seeded) into near-equal mini-batches, each cut into micro-batches of records sharing a prompt
+    prefix (sorted by token ids; by length under forward plain) dealt round-robin to the ranks: the fewest
+    tokens to compute, and with token_mean the gradient does not depend on the cut; the CPU presets use it,
+    since with no reference run to match it does the least work. reference: verl's arithmetic inside a step
+    (langfengQ/DrMAS): each model's records padded with copies of random ones (this run's seeded RNG) to a
+    multiple of lcm(logprob_micro_batch_size, micro_batch_size) x ranks before advantages, so the copies
+    count in the group statistics and are trained; equal-size length-balanced rank partitions; contiguous,
+    unshuffled mini-batches of ceil(records / (mini_batches x ranks)) per rank, the last shorter; and under
+    micro_token_mean each micro-batch divided by the floor mini // micro (a mini-batch whose last micro-batch
+    is short weighs more or less than 1). The paper presets use reference; prefix-tree packing (forward)
+    still runs inside each micro-batch."""
+    logprob_micro_batch_size: int | None = None
+    """Records per no-grad log-prob pass (old log-probs when the policy moves within an update); None:
+    micro_batch_size. With batch_layout reference it also sets the copy-padding multiple. Reference (verl):
+    rollout.log_prob_micro_batch_size_per_gpu (8 for math, 32 for search)."""
     old_logprobs: OldLogprobs = "recompute"
     """The PPO ratio's denominator: "recompute" (the learner's own pre-update log-probs, as verl), "sampled"
     (the records' sampling log-probs: the behaviour policy, so the ratio also corrects a sampler/learner
@@ -77,6 +105,12 @@ class PPOConfig:
     bf16, then the log-softmax in fp32, as the bf16 vLLM engine samples; faster where bf16 matmul is native:
     docs/measurements.md). No effect under fp32 compute.
     Reference (verl): compute."""
+    residual_dtype: ResidualDtype = "float32"
+    """The hidden states carried between decoder layers under bf16 compute: float32 (the default: the
+    residual stream and each layer's saved input in fp32, as the master weights) or compute (bf16 from the
+    embedding on, as verl's FSDP mixed precision runs it with bf16 parameters): with gradient checkpointing
+    each layer's saved input takes half the memory, at bf16 rounding of the residual additions. No effect
+    under fp32 compute. Reference (verl): compute."""
     tree_multiple: int = 1
     """Pad each packed prefix tree (`forward` shared_prefix) with masked tokens to a multiple of this many
     tokens; 1: no padding. Exact (padding is seen by nothing and scored by nothing), at up to
@@ -104,6 +138,8 @@ class PPOConfig:
             raise ValueError(f"learner.lr must be > 0, got {self.lr}")
         if self.ppo_epochs < 1 or self.mini_batches < 1 or self.micro_batch_size < 1 or self.tree_multiple < 1:
             raise ValueError("ppo_epochs, mini_batches, micro_batch_size and tree_multiple must be >= 1")
+        if self.logprob_micro_batch_size is not None and self.logprob_micro_batch_size < 1:
+            raise ValueError(f"logprob_micro_batch_size must be >= 1 (or None), got {self.logprob_micro_batch_size}")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:

@@ -34,7 +34,7 @@ class PlacementConfig:
     mode: PlacementMode = "none"
     """none (this process, the default), shared (one pool for every model), per_agent (a pool per worker)."""
     ray_address: str | None = None
-    """Join this Ray cluster ("auto", "ray://host:10001"); None starts a local Ray."""
+    """Join this Ray cluster ("auto", "ray://host:10001"); None starts a local Ray that listens on 127.0.0.1 only."""
     shared_pool: PoolSize = field(default_factory=PoolSize)
     """The pool of `shared` mode."""
     default_pool: PoolSize = field(default_factory=PoolSize)

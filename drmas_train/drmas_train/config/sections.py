@@ -182,6 +182,12 @@ class LogConfig:
     first of every group, then the second of every group, and so on."""
     tensorboard: bool = True
     """Also write TensorBoard event files under <run_dir>/tb."""
+    wandb: bool = False
+    """Also log every step's metrics and the config to Weights & Biases (pip install 'drmas-train[wandb]'),
+    under <run_dir>/wandb; a resumed run continues the same W&B run. `WANDB_MODE=offline` keeps it on
+    disk (`wandb sync` uploads it later)."""
+    wandb_project: str = "drmas"
+    """The W&B project the run goes to (the run is named after run_dir's last folder)."""
     checkpoint_every: int = 1
     """Steps between checkpoints (0: only at the end)."""
     keep_checkpoints: int = 2

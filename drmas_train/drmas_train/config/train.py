@@ -26,6 +26,10 @@ class TrainConfig:
     """The experiment a paper preset reproduces: the reference repository, commit and script, e.g.
     "langfengQ/DrMAS@19c632b examples/drmas_trainer/run_math.sh"; None for the project's own presets.
     A preset with a reference must name its train and validation data (checked when the config is built)."""
+    reproduces: str | None = None
+    """What a run with a `reference` reproduces of it, exactly: the row of the reference README's compute table
+    it stands for (models, GPUs) and every change from that row and the script (a model variant, the GPU
+    layout). `drmas-train plan` prints it. Required with `reference`."""
     steps: int = 30
     """Training steps (one rollout batch and one update of every model per step); see `epochs`."""
     epochs: float | None = None
@@ -43,6 +47,11 @@ class TrainConfig:
     micro-batch reuses the last one's pages instead of page-faulting fresh ones: faster updates for a higher
     peak RSS (the process keeps its peak heap; docs/measurements.md gives both). Process-wide and permanent:
     set false when memory is short or the trainer shares its process with work that must give memory back."""
+    max_grade_error_share: float = 0.1
+    """The run stops (one line, exit status 5, checkpoints intact) when more than this share of a step's grades
+    are errors: a reference answer the grader cannot parse, a grader exception, a grading worker that died
+    twice (`grade/errors`); an over-budget answer (`grade/over_budget`) is the policy's and never counts.
+    1.0: never stop."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The team's environment: which env, its options, and the format penalty."""
     models: ModelsConfig = field(default_factory=ModelsConfig)
@@ -67,6 +76,8 @@ class TrainConfig:
             raise ValueError("rollout.group_size and rollout.prompts_per_step must be >= 1")
         if self.steps < 0:
             raise ValueError("steps must be >= 0")
+        if not 0.0 <= self.max_grade_error_share <= 1.0:
+            raise ValueError(f"max_grade_error_share must be in [0, 1], got {self.max_grade_error_share}")
         if self.epochs is not None and self.epochs <= 0:
             raise ValueError(f"epochs must be > 0 (or null), got {self.epochs}")
         if self.rollout.max_staleness > 0 and self.learner.old_logprobs == "recompute":
@@ -75,8 +86,16 @@ class TrainConfig:
                 "learner.old_logprobs to decoupled (AReaL's decoupled PPO) or sampled (the behaviour log-prob as "
                 "the ratio's denominator); recompute would treat them as the current policy's"
             )
+        if self.models.engine.sleep and (self.rollout.max_staleness > 0 or self.placement.rollout_pool is not None):
+            raise ValueError(
+                "models.engine.sleep wakes each engine with the learner's current weights around its own "
+                "generation, beside the learner: it does not combine with rollout.max_staleness > 0 (the learner "
+                "updates while engines generate) or placement.rollout_pool (engines on GPUs of their own)"
+            )
         if self.reference is not None:
             check_names_its_data(self)
+            if not self.reproduces:
+                raise ValueError(f"a run with reference {self.reference!r} must say what it reproduces (`reproduces`)")
         resolve_max_model_len(self)  # the engines' context, from the prompt and response caps
 
     def agent(self, name: str) -> AgentOverrides:

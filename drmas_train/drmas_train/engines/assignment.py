@@ -24,6 +24,7 @@ import torch
 from drmas_train.config import ModelsConfig
 from drmas_train.engines import resolve_backend
 from drmas_train.engines.base import Backend
+from drmas_train.engines.loading import empty_model
 from drmas_train.engines.resolve import resolve_model
 from drmas_train.engines.settings import check_model_len, resolve_gen_dtype
 
@@ -89,15 +90,24 @@ def resolve_engine(cfg: ModelsConfig, *, local: bool = True) -> None:
         cfg.gen_dtype = resolve_gen_dtype(cfg.gen_dtype, dtype=cfg.dtype, backend=cfg.backend, device_type=device_type)
 
 
-def load_model(name: str, *, dtype: str, device: torch.device) -> tuple[torch.nn.Module, Any, Path]:
-    """Resolve `name` to a folder and load (model, tokenizer, folder)."""
+def load_model(
+    name: str, *, dtype: str, device: torch.device, empty: bool = False
+) -> tuple[torch.nn.Module, Any, Path]:
+    """Resolve `name` to a folder and load (model, tokenizer, folder).
+
+    `empty`: build the model with its parameters on the meta device, unread (`loading.empty_model`), for
+    a learner that shards it and then reads its own shards (`learner.shard_load`).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.chat_template is None:
         raise ValueError(f"model {name!r} ({path}) has no chat template; agents need one")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    if empty:
+        model = empty_model(path, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, path
@@ -159,7 +169,12 @@ def _add_lora(
 
 
 def build_policies(
-    cfg: ModelsConfig, agents: Sequence[str], *, seed: int = 0, lora_ranks: dict[str, int] | None = None
+    cfg: ModelsConfig,
+    agents: Sequence[str],
+    *,
+    seed: int = 0,
+    lora_ranks: dict[str, int] | None = None,
+    empty: bool = False,
 ) -> dict[str, Policy]:
     """Build every policy of the assignment in `cfg` (a `ModelsConfig`) for these agents.
 
@@ -168,6 +183,8 @@ def build_policies(
         agents: the env's agents, in order.
         seed: seeds LoRA initialisation.
         lora_ranks: per-agent LoRA ranks (others get `cfg.lora_rank`).
+        empty: whole models only: build them on the meta device, weights unread (`load_model`); their
+            engines are the transformers wrapper until the caller starts real ones.
 
     Returns:
         Policies by name; every agent is served by exactly one.
@@ -177,8 +194,10 @@ def build_policies(
     unknown = set(cfg.per_agent_names) - set(agents)
     if unknown:
         raise ValueError(f"models.per_agent_names names unknown agents {sorted(unknown)}; agents: {list(agents)}")
+    if empty and cfg.assignment == "lora":
+        raise ValueError("LoRA adapters are drawn, not read: a LoRA model cannot be built empty")
     if cfg.assignment == "shared":
-        model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device)
+        model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device, empty=empty)
         backend = make_backend(cfg.backend, model, tok, path, cfg)
         return {"shared": Policy("shared", model, tok, backend, list(agents), path=path)}
     if cfg.assignment in ("per_agent", "heterogeneous"):
@@ -186,7 +205,8 @@ def build_policies(
             log.warning("assignment=heterogeneous but every agent gets the same model; set models.per_agent_names")
         policies = {}
         for agent in agents:
-            model, tok, path = load_model(cfg.per_agent_names.get(agent, cfg.name), dtype=cfg.dtype, device=device)
+            name = cfg.per_agent_names.get(agent, cfg.name)
+            model, tok, path = load_model(name, dtype=cfg.dtype, device=device, empty=empty)
             backend = make_backend(cfg.backend, model, tok, path, cfg)
             policies[agent] = Policy(agent, model, tok, backend, [agent], path=path)
         return policies

@@ -6,12 +6,13 @@ interface only, so a backend slots in without touching rollout or learner.
 Conventions every backend keeps:
 - Prompts are token ids (the rollout applies the model's chat template once); responses come
   back as the exact sampled ids, so training sees the ids that were sampled (no decode/re-encode).
-- `logprobs[i]` is the log-probability of `response_ids[i]` under softmax(logits / T), T the call's
-  sampling temperature (T = 1 for a greedy call), without top-p renormalisation: the quantity the
-  learner recomputes for the PPO ratio (`CallRecord.score_temperature`), as the reference (verl)
-  does. At top-p 1 the ratio is then 1 on-policy; at top-p < 1 a backend may report the
-  renormalised log-prob instead (vLLM does, see its module), which only matters to
-  `old_logprobs="sampled"`.
+- `logprobs[i]` is the log-probability of `response_ids[i]` under the distribution it was sampled
+  from: softmax(logits / T), T the call's sampling temperature, renormalised over its top-p nucleus
+  (vLLM's `processed_logprobs`; the transformers backend matches it); a greedy call ignores top-p and
+  reports log softmax(logits) (T = 1). The learner recomputes log softmax(logits / T) without top-p
+  (`CallRecord.score_temperature`), as the reference (verl) does: at top-p 1 the ratio against these
+  log-probs is 1 on-policy; at top-p < 1 it is the nucleus mass, the same on every backend, which
+  `old_logprobs` "sampled" and "decoupled" see and "recompute" does not.
 - `temperature == 0` means greedy decoding.
 - Seeds (`seed=`): None samples unseeded. One int `s` seeds row i with `s + i` (the same batch in
   the same order reproduces). A sequence gives every row its own seed: row i's tokens then depend on
@@ -19,6 +20,12 @@ Conventions every backend keeps:
   batch split across data-parallel ranks samples what one engine would (the rollout passes one seed
   per call, derived from the call's identity: `rollout.call_seed`). Greedy rows ignore their seed.
 - The end-of-sequence token, when sampled, is kept as the last response id.
+
+Sleep (`Sleeper`, `models.engine.sleep`): every backend can release its memory between generations
+and take it back. The order is `sleep()`, then before the next generation `wake_weights()`, a push of
+the current weights (`load_weights`), `wake_cache()`, `generate`, `sleep()` again
+(`engines.sleep.SleepingEngine` keeps it). `generate` on a sleeping engine raises `EngineAsleepError`.
+An engine that cannot free anything says why in `resident_because` and treats the calls as no-ops.
 """
 
 from __future__ import annotations
@@ -94,4 +101,33 @@ class Backend(Protocol):
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Make the engine generate with these weights from now on (no restart)."""
+        ...
+
+
+class EngineAsleepError(RuntimeError):
+    """A sleeping engine was asked to generate (or take weights before its weights were woken)."""
+
+
+@runtime_checkable
+class Sleeper(Protocol):
+    """An engine that releases its memory between generations (the module doc gives the order of calls)."""
+
+    resident_because: str | None
+    """Why the engine cannot free memory by sleeping (its sleep calls are then no-ops); None: it can."""
+
+    @property
+    def asleep(self) -> bool:
+        """Whether any of the engine's memory is released (weights or cache)."""
+        ...
+
+    def sleep(self) -> None:
+        """Release the weights and the KV cache; their contents are lost (the next wake is given the weights)."""
+        ...
+
+    def wake_weights(self) -> None:
+        """Take the weights' memory back (its contents undefined until the next `load_weights`)."""
+        ...
+
+    def wake_cache(self) -> None:
+        """Take the KV cache's memory back; after it the engine generates."""
         ...

@@ -5,11 +5,15 @@ sampling settings and adapters: temperature and top-p are applied per row, and p
 forward (`adapter_names=`) runs each row with its own adapter. Prompts are left-padded; position
 ids are computed from the attention mask so padding does not shift positions.
 
-Log-probs are those of softmax(logits / T) at the row's temperature T (1 for greedy rows), read from
-the same logits that were sampled from, *without* top-p masking: exactly what the learner recomputes
-for the PPO ratio (the reference's learner, verl, divides by T and ignores top-p too), so the ratio
-is 1 on-policy at any temperature and top-p. The sampled token always lies inside the top-p nucleus;
-its log-prob is just not renormalised over the nucleus.
+Log-probs are those of the distribution each token was sampled from, read from the same logits:
+softmax(logits / T) at the row's temperature T, renormalised over its top-p nucleus (the tail masked
+after the temperature, as vLLM's sampler does), i.e. log p_T(token) - log(nucleus mass). A greedy row
+ignores top-p and reports log softmax(logits) (T = 1). This is what the vLLM backend returns
+(`logprobs_mode="processed_logprobs"`), so the two backends give the same behaviour log-probs. The
+learner recomputes log p_T without top-p (as the reference's verl learner), so at top-p 1 the PPO ratio
+is 1 on-policy; at top-p < 1 the ratio against these log-probs (`learner.old_logprobs` "sampled", the
+behaviour weights of "decoupled", the `sampler_kl` metric) is the nucleus mass, below 1, on either
+backend; "recompute" does not use them.
 
 Shared prefill (`share_prefill`, on by default): GRPO samples every prompt `group_size` times, so a
 batch holds each distinct (prompt, adapter) several times. Each distinct one is prefilled once and its
@@ -32,8 +36,9 @@ from typing import Any
 
 import torch
 
-from drmas_train.engines.base import Generation, SamplingParams, Seeds, row_seeds
+from drmas_train.engines.base import EngineAsleepError, Generation, SamplingParams, Seeds, row_seeds
 from drmas_train.engines.nucleus import filter_top_p
+from drmas_train.engines.sleep import ModuleSleep
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
 
@@ -69,18 +74,21 @@ def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 def sample_next(
     logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row; return (token ids, their log-probs under softmax(logits / T), no top-p).
+    """Pick one token per row; return (token ids, their log-probs under the distribution sampled from).
 
-    T is the row's temperature, 1 for greedy rows (temperature <= 0), as `CallRecord.score_temperature`.
+    That distribution is softmax(logits / T) renormalised over its top-p nucleus, T the row's
+    temperature, as vLLM's `processed_logprobs` (the module doc). A greedy row (temperature <= 0)
+    ignores top-p and reports log softmax(logits), as `CallRecord.score_temperature` scores it.
     `uniforms[row]` in [0, 1) is the row's random draw for this step (ignored by greedy rows), so a
     row's token depends on its own logits and draw only.
     """
     logits = logits.float()
     greedy = logits.argmax(-1)
-    scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
-    logprobs = torch.log_softmax(scaled, dim=-1)
-    probs = filter_top_p(scaled, top_p).softmax(-1)
-    sampled = _inverse_cdf(probs, uniforms)
+    sampling = temperature > 0
+    scaled = logits / torch.where(sampling, temperature, 1.0)[:, None]
+    nucleus = filter_top_p(scaled, torch.where(sampling, top_p, 1.0))
+    logprobs = torch.log_softmax(nucleus, dim=-1)
+    sampled = _inverse_cdf(nucleus.softmax(-1), uniforms)
     tokens = torch.where(temperature <= 0, greedy, sampled)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
@@ -101,7 +109,7 @@ def row_uniforms(seeds: Sequence[int] | None, steps: Sequence[int]) -> torch.Ten
     return out
 
 
-class TransformersBackend:
+class TransformersBackend(ModuleSleep):
     """A `Backend` over a Hugging Face causal LM (optionally a peft model with several adapters).
 
     Args:
@@ -110,11 +118,22 @@ class TransformersBackend:
         max_batch_size: the largest batch run at once (bounds activation and KV memory).
         share_prefill: prefill each distinct (prompt, adapter) of a batch once and copy its KV
             cache to the rows that repeat it (see the module doc).
+        own_weights: `model` is the engine's own (not the learner's module), so sleeping frees its
+            parameters (`engines.sleep`); False: its sleep calls are no-ops.
 
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 64, share_prefill: bool = True):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 64,
+        share_prefill: bool = True,
+        own_weights: bool = False,
+    ):
         self.model = model
+        self.own_weights = own_weights
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.share_prefill = share_prefill
@@ -139,6 +158,8 @@ class TransformersBackend:
         `seed`: None, a base seed (row i gets seed + i) or one seed per row (`base.row_seeds`); a
         row's tokens depend on its own seed, not on the chunk or batch it ran in.
         """
+        if self.asleep:
+            raise EngineAsleepError("the transformers engine is asleep: wake_weights, push the weights, wake_cache")
         if len(sampling) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling settings")
         adapters = list(adapters) if adapters is not None else [None] * len(prompts)
@@ -260,6 +281,8 @@ class TransformersBackend:
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Copy tensors into the model by name; tensors that already are the model's own are skipped."""
+        if self._parked is not None:
+            raise EngineAsleepError("the transformers engine's weights are asleep: wake_weights before the push")
         params = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
         for name, tensor in named_tensors:

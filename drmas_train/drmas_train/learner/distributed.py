@@ -19,8 +19,9 @@ Two strategies (`DataParallel.strategy`):
   them. FSDP all-gathers a layer's weights inside its forward and reduce-scatters its gradients in
   backward, so every forward and backward is a collective: the ranks must run the same number of
   passes (the learner pads a short share with zero-weight passes) and anything reading full
-  weights (the generation engine, checkpoints) must gather them on every rank at once
-  (`full_state_dict`). Gradients are summed, not averaged, over the ranks, as in "replicate".
+  weights (the generation engine) must gather them on every rank at once (`full_state_dict`);
+  checkpoints gather nothing: each rank writes its own shards (`policy_shards`). Gradients are summed,
+  not averaged, over the ranks, as in "replicate".
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     return []
 
 
-def shard_module(module: torch.nn.Module, dp: DataParallel) -> torch.nn.Module:
+def shard_module(module: torch.nn.Module, dp: DataParallel, device_type: str | None = None) -> torch.nn.Module:
     """Shard a model over the ranks with FSDP2: each decoder layer, then the root (embeddings, head).
 
     Call it on every rank before building the optimizer (`Learner`): `fully_shard` replaces the
@@ -164,6 +165,8 @@ def shard_module(module: torch.nn.Module, dp: DataParallel) -> torch.nn.Module:
         module: a causal LM (transformers or peft), on this rank's device, identical on every rank
             up to rank 0's broadcast.
         dp: this rank's group; its strategy must be "fsdp".
+        device_type: where the shards will live, for a module built on the meta device (then nothing
+            is broadcast: every rank reads its shards from the files, `shard_load.load_sharded`).
 
     Returns:
         The same module, sharded in place (its class becomes an `FSDPModule`).
@@ -174,8 +177,9 @@ def shard_module(module: torch.nn.Module, dp: DataParallel) -> torch.nn.Module:
 
     if not dp.sharded:
         raise ValueError(f"shard_module needs the 'fsdp' strategy, got {dp.strategy!r}")
-    dp.broadcast_module(module)
-    device_type = next(module.parameters()).device.type
+    if device_type is None:  # a module on the meta device has nothing to broadcast (`shard_load`)
+        dp.broadcast_module(module)
+        device_type = next(module.parameters()).device.type
     mesh = DeviceMesh.from_group(dp.group or dist.group.WORLD, device_type)
     for layer in decoder_layers(module):
         fully_shard(layer, mesh=mesh)
@@ -305,6 +309,21 @@ def rendezvous_address() -> tuple[str, int]:
         return host, int(s.getsockname()[1])
 
 
+def _store(rank: int, world_size: int, host: str, port: int, timeout: timedelta) -> dist.TCPStore:
+    """The group's key-value store, served by rank 0 on host:port alone.
+
+    torch's own rendezvous (`tcp://`) serves it on every interface; rank 0 here listens on `host` only, so
+    the ranks of a local Ray meet on 127.0.0.1 and nothing outside the machine reaches the store.
+    """
+    if rank != 0:
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen()
+    return dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout, master_listen_fd=sock.detach())
+
+
 def join(
     rank: int, world_size: int, host: str, port: int, *, timeout_s: float = 600.0, strategy: str = "replicate"
 ) -> DataParallel:
@@ -326,12 +345,8 @@ def join(
         raise ValueError(f"data-parallel strategy must be one of {STRATEGIES}, got {strategy!r}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{host}:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        timeout = timedelta(seconds=timeout_s)
+        store = _store(rank, world_size, host, port, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     log.info("data-parallel rank %d of %d joined (%s, %s:%d)", rank, world_size, backend, host, port)
     return DataParallel(rank=rank, world_size=world_size, strategy=strategy)

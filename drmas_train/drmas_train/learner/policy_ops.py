@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from drmas_train.config import TrainConfig
+from drmas_train.algorithm.records import CallRecord
+from drmas_train.config import PPOConfig, TrainConfig
 from drmas_train.engines.assignment import Policy
 from drmas_train.learner import Learner
+from drmas_train.learner.layout import pad_step, world_size_of
 
 
 def seed_everything(seed: int) -> None:
@@ -37,17 +40,7 @@ def make_learner(cfg: TrainConfig, policy: Policy, *, dp: Any = None) -> Learner
         ValueError: agents that share one policy ask for different lr / micro-batch sizes.
 
     """
-    changes = {}
-    for knob in ("lr", "micro_batch_size"):
-        values = {getattr(cfg.agent(a), knob) for a in policy.agents} - {None}
-        if len(values) > 1 or (values and len(policy.agents) > 1):
-            raise ValueError(
-                f"agents {policy.agents} share policy {policy.name!r}, so they cannot have their own {knob}; "
-                "use assignment per_agent or lora"
-            )
-        if values:
-            changes[knob] = values.pop()
-    config = dataclasses.replace(cfg.learner, **changes)
+    config = learner_config(cfg, policy.name, policy.agents)
     params = [p for _, p in policy.trainable()]
     for p in params:
         p.requires_grad_(True)
@@ -59,6 +52,32 @@ def make_learner(cfg: TrainConfig, policy: Policy, *, dp: Any = None) -> Learner
         pad_token_id=policy.tokenizer.pad_token_id,
         dp=dp,
     )
+
+
+def learner_config(cfg: TrainConfig, name: str, agents: Sequence[str]) -> PPOConfig:
+    """The `learner` section with the per-agent lr / micro-batch overrides of policy `name`'s agents."""
+    changes = {}
+    for knob in ("lr", "micro_batch_size"):
+        values = {getattr(cfg.agent(a), knob) for a in agents} - {None}
+        if len(values) > 1 or (values and len(agents) > 1):
+            raise ValueError(
+                f"agents {list(agents)} share policy {name!r}, so they cannot have their own {knob}; "
+                "use assignment per_agent or lora"
+            )
+        if values:
+            changes[knob] = values.pop()
+    return dataclasses.replace(cfg.learner, **changes)
+
+
+def train_records(
+    cfg: TrainConfig, records: Sequence[CallRecord], policies: Mapping[str, Any], learners: Mapping[str, Any], step: int
+) -> list[CallRecord]:
+    """What step `step` computes advantages for and trains: the records, each `batch_layout: reference`
+    model's padded with copies (`layout.pad_step`) drawn from a generator seeded by (`cfg.seed`, `step`).
+    """
+    configs = {name: learner_config(cfg, name, policies[name].agents) for name in learners}
+    worlds = {name: world_size_of(learner) for name, learner in learners.items()}
+    return pad_step(records, configs, worlds, np.random.default_rng([cfg.seed, step]))
 
 
 def sync_engine(policy: Policy, whole: dict[str, torch.Tensor] | None = None) -> None:

@@ -35,6 +35,8 @@ Choices stated once:
   only (`compiled`); the module tree is unchanged outside them.
 - Data parallelism (`dp`): alone, replicated or FSDP-sharded ranks (`parallel`); the step below is
   the same code for all three.
+- Which records share a rank, a mini-batch and a micro-batch (`batch_layout`): packed, or verl's
+  arithmetic (reference), with the micro-batches' divisors (`layout`).
 """
 
 from __future__ import annotations
@@ -55,16 +57,17 @@ from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import PPOConfig
 from drmas_train.learner.adapters import adapter_of, chunk_by_adapter, lora_param_groups, named_group_norms
 from drmas_train.learner.compiled import CompiledLayers
-from drmas_train.learner.distributed import DataParallel, full_tensor
+from drmas_train.learner.distributed import DataParallel, decoder_layers, full_tensor
 from drmas_train.learner.forward import Scores, score
+from drmas_train.learner.layout import MiniBatch, loss_denominator, packed_minibatches, reference_minibatches
 from drmas_train.learner.loss import behaviour_weights, kl_k3, ppo_token_losses
 from drmas_train.learner.metrics import UpdateMetrics
 from drmas_train.learner.parallel import Alone, is_fsdp, make_strategy
-from drmas_train.learner.precision import compute_in, keep_casts, resolve_compute_dtype
+from drmas_train.learner.precision import carry_residual_in, compute_in, keep_casts, resolve_compute_dtype
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Learner", "PPOConfig", "lora_param_groups"]
+__all__ = ["Learner", "PPOConfig", "loss_denominator", "lora_param_groups"]
 
 
 class Learner:
@@ -128,6 +131,8 @@ class Learner:
         self.autocast = resolve_compute_dtype(
             cfg.compute_dtype, device_type=self.device_type, weights=self.params[0].dtype
         )
+        if cfg.residual_dtype == "compute" and self.autocast is not None:
+            carry_residual_in(model, self.autocast, decoder_layers(model))
         vocab = getattr(model.config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
         self.chunk_tokens = max(1, int(cfg.logits_chunk_mib * 2**20 // (4 * vocab)))
         self.steps = 0  # optimizer steps taken or skipped
@@ -158,7 +163,8 @@ class Learner:
     def update(self, records: Sequence[CallRecord]) -> dict[str, float]:
         """Run `ppo_epochs` x `mini_batches` optimizer steps on the records; return metrics.
 
-        Records with an empty response carry no tokens and are ignored.
+        Records with an empty response carry no tokens and are not trained (under `batch_layout`
+        reference they keep their places in the layout).
 
         Returns:
             grad_norm (pre-clip, max over this update's optimizer steps), grad_norm/<group> for
@@ -169,9 +175,10 @@ class Learner:
 
         """
         cfg = self.config
-        records = [r for r in records if len(r.response_ids) > 0]
+        records = self._kept(records)
         metrics = UpdateMetrics()
-        if not records:
+        n_samples = sum(1 for r in records if r.response_ids)
+        if not n_samples:
             return metrics.result(n_samples=0)
         with self._learning(), self._optimizer_on_device():
             old: dict[int, torch.Tensor] = {}
@@ -179,40 +186,55 @@ class Learner:
                 old = self._recompute_old(records)  # the policy moves within this update
             rng = np.random.default_rng(cfg.seed + self.steps)
             for _ in range(cfg.ppo_epochs):
-                order = rng.permutation(len(records)) if cfg.mini_batches > 1 else np.arange(len(records))
-                for mb in np.array_split(order, min(cfg.mini_batches, len(records))):
-                    indices = [int(i) for i in mb]
-                    self._accumulate([records[i] for i in indices], indices, old, metrics)
-                    metrics.add_step(*self._clip_and_step())
+                for mini in self._minibatches(records, rng):
+                    if any(mini.chunks):
+                        self._accumulate(records, mini, old, metrics)
+                        metrics.add_step(*self._clip_and_step())
         self.strategy.reduce(metrics, self.params[0].device)
-        return metrics.result(n_samples=len(records))
+        return metrics.result(n_samples=n_samples)
 
     def compute_gradients(self, records: Sequence[CallRecord]) -> dict[str, float]:
         """Fill `.grad` with the gradient of the token-mean loss over all records; no optimizer step.
 
-        For inspection and tests: the same computation `update` does before its (single) step.
+        For inspection and tests: the same computation `update` does before its (single) step (under
+        `batch_layout` reference: with one mini-batch per rank).
         """
-        records = [r for r in records if len(r.response_ids) > 0]
+        records = self._kept(records)
         metrics = UpdateMetrics()
         with self._learning():
-            self._accumulate(records, list(range(len(records))), {}, metrics)
+            (mini,) = self._minibatches(records, None, whole=True)
+            self._accumulate(records, mini, {}, metrics)
         self.strategy.reduce(metrics, self.params[0].device)
-        return metrics.result(n_samples=len(records))
+        return metrics.result(n_samples=sum(1 for r in records if r.response_ids))
 
-    def _accumulate(self, records, indices, old, metrics: UpdateMetrics) -> None:
+    def _kept(self, records: Sequence[CallRecord]) -> list[CallRecord]:
+        """The records an update lays out: all under `batch_layout` reference, else those with a response."""
+        return [r for r in records if self.config.batch_layout == "reference" or len(r.response_ids) > 0]
+
+    def _minibatches(self, records, rng, *, whole: bool = False) -> list[MiniBatch]:
+        """One epoch's mini-batches under `batch_layout` (`layout`); `whole`: one mini-batch (per rank)."""
+        if self.config.batch_layout == "reference":
+            world = 1 if self.dp is None else self.dp.world_size
+            return reference_minibatches(records, self.config, world, whole=whole)
+        return packed_minibatches(records, self.config, rng, whole=whole)
+
+    def _accumulate(self, records, mini: MiniBatch, old, metrics: UpdateMetrics) -> None:
         """Accumulate the loss gradient of one mini-batch (`loss_agg`) over this rank's passes."""
-        n_tokens = sum(len(r.response_ids) for r in records)
-        chunks = self._micro_batches(records)
+        n_tokens = sum(len(records[i].response_ids) for chunk in mini.chunks for i in chunk)
         self.optimizer.zero_grad(set_to_none=True)
         self.strategy.begin()
         with self._casts_kept():
-            for chunk, real in self.strategy.passes(chunks):
+            for chunk, real in self.strategy.passes(mini.chunks):
+                if not chunk:  # every record token-less: nothing to learn, but FSDP needs the pass
+                    if not self.sharded:
+                        continue
+                    chunk, real = next(c for c in mini.chunks if c), False
                 micro_tokens = sum(len(records[i].response_ids) for i in chunk)
-                denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, len(chunks))
-                self._micro_step(records, chunk, indices, old, denominator, metrics if real else None)
+                denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, mini.n_micro)
+                self._micro_step(records, chunk, old, denominator, metrics if real else None)
         self.strategy.finish(self.params)
 
-    def _micro_step(self, records, chunk, indices, old, denominator: float, metrics: UpdateMetrics | None) -> None:
+    def _micro_step(self, records, chunk, old, denominator: float, metrics: UpdateMetrics | None) -> None:
         """Forward and backward of one micro-batch; `metrics` None: a zero-weight pass (no gradient, no metrics).
 
         A zero-weight pass runs exactly the collectives of a real one (FSDP all-gathers in every
@@ -228,7 +250,7 @@ class Learner:
         elif old:
             old_logp = torch.zeros_like(logp)
             for row, i in enumerate(chunk):
-                t = old[indices[i]]
+                t = old[i]
                 old_logp[row, : len(t)] = t
         else:
             old_logp = logp.detach()
@@ -316,10 +338,15 @@ class Learner:
         """`keep_casts` over the block, except under FSDP (its gathered weights are freed after each use)."""
         return keep_casts(None if self.sharded else self.autocast, self.device_type)
 
-    def _micro_batches(self, records: Sequence[CallRecord]) -> list[list[int]]:
-        """Micro-batches of one adapter each; records sharing prefixes together unless forward is plain."""
-        by_prefix = self.config.forward != "plain"
-        return chunk_by_adapter(records, range(len(records)), self.config.micro_batch_size, by_prefix=by_prefix)
+    def _logprob_batches(self, records: Sequence[CallRecord]) -> list[list[int]]:
+        """No-grad passes of `logprob_micro_batch_size` records with a response, one adapter each.
+
+        Records sharing prefixes go together unless forward is plain.
+        """
+        cfg = self.config
+        size = cfg.logprob_micro_batch_size or cfg.micro_batch_size
+        kept = [i for i, r in enumerate(records) if r.response_ids]
+        return chunk_by_adapter(records, kept, size, by_prefix=cfg.forward != "plain")
 
     def _score(self, model: torch.nn.Module, records: Sequence[CallRecord], *, entropy: str = "off") -> Scores:
         with compute_in(self.autocast, self.device_type):
@@ -350,7 +377,7 @@ class Learner:
         """
         out: dict[int, torch.Tensor] = {}
         with self._casts_kept():
-            for idx in self._micro_batches(records):
+            for idx in self._logprob_batches(records):
                 self._activate(records[idx[0]])
                 scores = self._score(self.model, [records[i] for i in idx])
                 for row, i in enumerate(idx):
@@ -366,7 +393,7 @@ class Learner:
         """
         with self._learning():
             old = self._recompute_old(records)
-        return [old[i] for i in range(len(records))]
+        return [old.get(i, torch.zeros(0)) for i in range(len(records))]
 
     def _activate(self, record: CallRecord) -> None:
         """Activate the record's LoRA adapter (peft) for the next forward pass."""
@@ -387,25 +414,6 @@ class Learner:
         self.steps = int(state["steps"])
         if self.config.optimizer_offload:  # loaded onto the parameters' device: to the host until the next update
             self._move_optimizer_state(to_host=True)
-
-
-def loss_denominator(loss_agg: str, micro_tokens: int, minibatch_tokens: int, n_micro: int) -> float:
-    """What a micro-batch's token-loss sum is divided by, so that the gradients summed over its
-    micro-batches (and ranks) are those of the `loss_agg` loss of the whole mini-batch.
-
-    Args:
-        loss_agg: "token_mean" (every token of the mini-batch weighs the same) or "micro_token_mean"
-            (each micro-batch's token-mean, averaged over the mini-batch's `n_micro` micro-batches).
-        micro_tokens: response tokens of this micro-batch.
-        minibatch_tokens: response tokens of the whole mini-batch (every rank's micro-batches).
-        n_micro: micro-batches in the whole mini-batch.
-
-    """
-    if loss_agg == "token_mean":
-        return float(minibatch_tokens)
-    if loss_agg == "micro_token_mean":
-        return float(micro_tokens * n_micro)
-    raise ValueError(f"unknown loss_agg {loss_agg!r}")
 
 
 def _sampler_kl(records: Sequence[CallRecord], old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -73,3 +74,29 @@ def keep_casts(dtype: torch.dtype | None, device_type: str) -> Iterator[None]:
         return
     with torch.autocast(device_type=device_type, enabled=False):
         yield
+
+
+def carry_residual_in(model: torch.nn.Module, dtype: torch.dtype, layers: list[torch.nn.Module]) -> list[Any]:
+    """Carry the hidden states between `layers` in `dtype` while autocast to `dtype` is on
+    (`learner.residual_dtype` compute).
+
+    The embedding's output and each layer's incoming hidden states are cast to `dtype`, so gradient
+    checkpointing saves each layer's input at `dtype`'s size and the residual additions round to it, as under
+    verl's FSDP mixed precision (bf16 parameters: every activation bf16). Outside autocast (the transformers
+    engine generating with the learner's model) nothing is cast. Returns the hooks' handles.
+    """
+
+    def cast(x: Any) -> Any:
+        on = isinstance(x, torch.Tensor) and x.is_floating_point() and torch.is_autocast_enabled(x.device.type)
+        return x.to(dtype) if on and torch.get_autocast_dtype(x.device.type) == dtype else x
+
+    def before_layer(_module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (cast(args[0]), *args[1:]), kwargs
+        if "hidden_states" in kwargs:
+            kwargs["hidden_states"] = cast(kwargs["hidden_states"])
+        return args, kwargs
+
+    handles = [model.get_input_embeddings().register_forward_hook(lambda _m, _a, out: cast(out))]
+    handles += [layer.register_forward_pre_hook(before_layer, with_kwargs=True) for layer in layers]
+    return handles

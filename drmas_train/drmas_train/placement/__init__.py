@@ -17,7 +17,8 @@ Modes:
 
 A *worker* is one Ray actor holding its models with their engines and learners. After each update
 it pushes the new weights into its own engine, so no weights cross the network while training;
-checkpoints fetch weights and optimizer states from the workers, and a resume loads them back.
+at a checkpoint each writing worker writes its own shards into the checkpoint's folder (no weights
+cross the driver; `learner.policy_shards`), and on a resume each worker reads its part back.
 
 Rollout pool (`rollout_pool`, default None: the engines live with their learners, the reference's
 colocated hybrid engine): set, every model's engine runs in an `EngineActor` on that pool and the
@@ -31,7 +32,8 @@ torch.distributed (gloo on CPUs, NCCL on GPUs; see `distributed`), so the step i
 step. Every rank also generates (`rollout_ranks: all`, the default): each holds an engine, samples a
 contiguous share of every rollout round's prompts (per-row seeds: the same samples as one engine)
 and pushes the new weights into its engine after each update; `rollout_ranks: first` keeps one
-engine, on rank 0. Rank 0 alone serves checkpoints. A vLLM engine cannot live in a data-parallel
+engine, on rank 0. Rank 0 alone writes checkpoints, except under fsdp, where every rank writes its
+own shards. A vLLM engine cannot live in a data-parallel
 process (it takes torch.distributed's default group), so a data-parallel rank's vLLM engines run in
 `EngineActor`s on its bundle and receive the weights through Ray. On GPUs, vLLM's external-launcher
 mode (one engine inside each training process, sharing its device) is the design that avoids the

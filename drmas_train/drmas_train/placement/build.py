@@ -9,6 +9,7 @@ from typing import Any
 
 from drmas_train.config import PlacementConfig, PoolSize, TrainConfig
 from drmas_train.placement.failures import gather
+from drmas_train.placement.loopback import loopback_only
 from drmas_train.placement.pools import generates, placed_workers, pool_sizes, uses_engine_actors
 from drmas_train.placement.proxies import RemoteBackend, RemoteLearner, RemotePolicy
 from drmas_train.placement.rollout_pool import ROLLOUT_POOL, check_worker_names, start_engines
@@ -16,7 +17,8 @@ from drmas_train.placement.worker import PolicyWorker
 
 
 def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = None) -> bool:
-    """Join `ray_address`, or start a local Ray with enough logical CPUs for the pools `sizes`.
+    """Join `ray_address`, or start a local Ray, listening on loopback only, with enough logical CPUs for the
+    pools `sizes`.
 
     Returns:
         True when this call started (or joined) Ray, False when Ray was already up in this process.
@@ -31,7 +33,8 @@ def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = No
         return True
     # Logical CPUs: pools bigger than the machine still get scheduled (and share its cores).
     wanted = math.ceil(sum(p.cpus for p in (sizes or {}).values()))
-    ray.init(num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False)
+    with loopback_only():  # a cluster of this machine alone: its ports on 127.0.0.1 (`placement.loopback`)
+        ray.init(num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False)
     return True
 
 
@@ -151,7 +154,12 @@ def build_placed(
                 backend = RemoteBackend(engines[pname].actors, pname, tokenizer, engines[pname].labels)
             else:
                 backend = RemoteBackend(
-                    [group[r] for r in generating], pname, tokenizer, [names[r] for r in generating]
+                    [group[r] for r in generating],
+                    pname,
+                    tokenizer,
+                    [names[r] for r in generating],
+                    wake_ranks=group if cfg.models.engine.sleep else (),
+                    wake_labels=names,
                 )
             policies[pname] = RemotePolicy(
                 pname,

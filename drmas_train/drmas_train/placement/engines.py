@@ -55,6 +55,8 @@ class EngineActor:
             tokenizer.pad_token = tokenizer.eos_token
         module = _load_module(models_cfg, path, adapters, lora_ranks or {}) if kind == "transformers" else None
         self.backend = make_backend(kind, module, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
+        if kind == "transformers":
+            self.backend.own_weights = True  # built from the folder: its sleep frees it (`engines.sleep`)
         self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) the engine holds
         self.rows = 0
 
@@ -77,6 +79,10 @@ class EngineActor:
     def set_version(self, name: str, version: int) -> None:
         """The weight version policy `name`'s weights hold (after a resume: the checkpoint's step)."""
         self.versions[name] = version
+
+    def sleep_state(self) -> tuple[str | None, bool]:
+        """The engine's `resident_because` and `asleep` (`engines.base.Sleeper`)."""
+        return self.backend.resident_because, self.backend.asleep
 
     def generated(self) -> int:
         """How many prompts this engine has sampled (what tests and logs check)."""
@@ -139,6 +145,28 @@ class ActorBackend:
     def load_adapter_tensors(self, name: str, named_tensors: Iterable[tuple[str, Any]], peft_config: dict) -> None:
         self._call("load_adapter_tensors", name, [(n, t.detach().cpu()) for n, t in named_tensors], peft_config)
 
+    # the engine's sleep (`engines.base.Sleeper`), in its actor
+    @property
+    def resident_because(self) -> str | None:
+        import ray
+
+        return ray.get(self.actor.sleep_state.remote())[0]
+
+    @property
+    def asleep(self) -> bool:
+        import ray
+
+        return ray.get(self.actor.sleep_state.remote())[1]
+
+    def sleep(self) -> None:
+        self._call("sleep")
+
+    def wake_weights(self) -> None:
+        self._call("wake_weights")
+
+    def wake_cache(self) -> None:
+        self._call("wake_cache")
+
 
 def move_vllm_engines_to_actors(
     policies: dict[str, Any], models_cfg: ModelsConfig, lora_ranks: dict[str, int], gpus: float
@@ -159,9 +187,10 @@ def move_vllm_engines_to_actors(
         if id(policy.module) not in engines:
             rank = max([models_cfg.lora_rank, *lora_ranks.values()]) if policy.adapter is not None else None
             actor = ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy)
-            engines[id(policy.module)] = ActorBackend(
-                actor.remote(models_cfg, str(policy.path), rank), policy.tokenizer
-            )
+            handle = actor.remote(models_cfg, str(policy.path), rank)
+            if models_cfg.engine.sleep:  # started and asleep before the next one starts (vLLM checks free memory)
+                ray.get(handle.generated.remote())
+            engines[id(policy.module)] = ActorBackend(handle, policy.tokenizer)
         policy.backend = engines[id(policy.module)]
 
 
@@ -176,7 +205,26 @@ def give_engines_their_own_copy(policies: dict[str, Any], max_batch_size: int) -
         backend = policy.backend
         if isinstance(backend, TransformersBackend) and backend.model is policy.module:
             if id(policy.module) not in engines:
+                copied = copy.deepcopy(policy.module).eval()
                 engines[id(policy.module)] = TransformersBackend(
-                    copy.deepcopy(policy.module).eval(), policy.tokenizer, max_batch_size=max_batch_size
+                    copied, policy.tokenizer, max_batch_size=max_batch_size, own_weights=True
                 )
             policy.backend = engines[id(policy.module)]
+
+
+def engines_from_folders(policies: dict[str, Any], models_cfg: ModelsConfig) -> None:
+    """Give each module of a shard-wise loaded worker a transformers engine of its own, read from its folder.
+
+    The learner's module holds shards only, so the engine loads the same files itself (`_load_module`):
+    the weights the shards were read from, so no push is needed before the first update.
+    """
+    from drmas_train.engines.transformers_backend import TransformersBackend
+
+    engines: dict[int, TransformersBackend] = {}
+    for policy in policies.values():
+        if id(policy.module) not in engines:
+            module = _load_module(models_cfg, str(policy.path), (), {})
+            engines[id(policy.module)] = TransformersBackend(
+                module, policy.tokenizer, max_batch_size=models_cfg.max_gen_batch, own_weights=True
+            )
+        policy.backend = engines[id(policy.module)]

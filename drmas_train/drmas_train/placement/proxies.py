@@ -24,12 +24,30 @@ class RemoteBackend:
     With several generating ranks (`PlacementConfig.rollout_ranks: all`) a call's rows are split into
     contiguous shares, one per rank, sampled at once and put back in order. Each row keeps its own
     seed (`backends.base.row_seeds`), so the samples do not depend on the split. `labels` name the
-    workers in the error raised when one dies (`placement.failures`).
+    workers in the error raised when one dies (`placement.failures`). With sleeping engines
+    (`models.engine.sleep`) every rank of the pool, `wake_ranks`, wakes its engine before a call (under
+    FSDP they gather the weights together) and puts it back to sleep after.
     """
 
-    def __init__(self, workers: Sequence[Any], name: str, tokenizer: Any, labels: Sequence[str] = ()):
+    def __init__(
+        self,
+        workers: Sequence[Any],
+        name: str,
+        tokenizer: Any,
+        labels: Sequence[str] = (),
+        wake_ranks: Sequence[Any] = (),
+        wake_labels: Sequence[str] = (),
+    ):
         self.workers, self.name, self.tokenizer = list(workers), name, tokenizer
         self.labels = list(labels) or [f"worker {i}" for i in range(len(self.workers))]
+        self.wake_ranks = list(wake_ranks)
+        self.wake_labels = list(wake_labels) or [f"rank {i}" for i in range(len(self.wake_ranks))]
+
+    def _every_rank(self, call: str) -> None:
+        """`call` (wake or sleep_engine) on every rank of the pool at once; nothing without sleeping engines."""
+        if self.wake_ranks:
+            refs = [getattr(w, call).remote(self.name) for w in self.wake_ranks]
+            gather(refs, self.wake_labels, "engine", self.name, call)
 
     def generate(self, prompts, sampling, *, adapters=None, seed=None):
         from drmas_train.engines.base import row_seeds
@@ -38,6 +56,7 @@ class RemoteBackend:
         adapters = None if adapters is None else list(adapters)
         seeds = row_seeds(seed, len(prompts))
         shares = [s for s in split_rows(len(prompts), len(self.workers)) if s.stop > s.start]
+        self._every_rank("wake")
         pending = [
             worker.generate.remote(
                 self.name,
@@ -49,6 +68,7 @@ class RemoteBackend:
             for worker, s in zip(self.workers, shares)
         ]
         results = gather(pending, self.labels, "engine", self.name, "generate")
+        self._every_rank("sleep_engine")
         return [gen for share in results for gen in share]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
@@ -91,6 +111,32 @@ class RemotePolicy:
         """Load checkpointed weights in every rank; rank 0 also pushes them into its engine."""
         refs = [w.load_weights.remote(self.name, tensors) for w in self.ranks]
         gather(refs, self.labels, "learner", self.name, "load_weights")
+
+    def writers(self) -> list[int]:
+        """The ranks that write a checkpoint: every rank under FSDP (its own shards), else rank 0."""
+        return list(range(len(self.ranks))) if self.sharded else [0]
+
+    def shard_bytes(self) -> int:
+        """The bytes the writing ranks will write for this policy (weights and learner state)."""
+        refs = [self.ranks[r].shard_bytes.remote(self.name) for r in self.writers()]
+        return sum(gather(refs, self.labels, "learner", self.name, "shard_bytes"))
+
+    def save_shards(self, folder: str) -> list[int]:
+        """Each writing rank writes its own shard into `folder` (shared by every node); the ranks that wrote."""
+        ranks = self.writers()
+        gather(
+            [self.ranks[r].save_shard.remote(self.name, folder) for r in ranks],
+            self.labels,
+            "learner",
+            self.name,
+            "save_shard",
+        )
+        return ranks
+
+    def load_shards(self, folder: str) -> None:
+        """Every rank reads its part of a sharded checkpoint (weights and learner state) and syncs its engine."""
+        refs = [w.load_shard.remote(self.name, folder) for w in self.ranks]
+        gather(refs, self.labels, "learner", self.name, "load_shard")
 
 
 class RemoteLearner:

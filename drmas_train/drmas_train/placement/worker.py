@@ -6,7 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from drmas_train.config import PoolStrategy, RolloutRanks, TrainConfig
-from drmas_train.placement.engines import give_engines_their_own_copy, move_vllm_engines_to_actors
+from drmas_train.placement.engines import (
+    engines_from_folders,
+    give_engines_their_own_copy,
+    move_vllm_engines_to_actors,
+)
 from drmas_train.placement.pools import generates, uses_engine_actors
 
 
@@ -40,17 +44,28 @@ class PolicyWorker:
             keep_freed_memory()
         self.cfg, self.rank = cfg, rank
         self.sharded = strategy == "fsdp" and world_size > 1
+        # whole models under FSDP are built empty and each rank reads its own shards (`learner.shard_load`)
+        self.shard_wise = self.sharded and cfg.models.assignment != "lora"
+        self.lora_ranks, self.engine_gpus = lora_ranks, engine_gpus
         # pooled: the engines live on the rollout pool (`placement.rollout_pool`); rank 0 pushes into them
         self.generates = generates(rank, rollout_ranks) and not pooled
         self.pool_engines = False
         self.rows_generated = 0
         self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) its engine holds
+        self.sleeps = cfg.models.engine.sleep
+        """Engines sleep between generations: the driver wakes them with the current weights (`wake`)."""
         models = cfg.models
         engine_actors = uses_engine_actors(models.backend, world_size, rank, rollout_ranks) and not pooled
+        self.engine_actors = engine_actors
         if not self.generates or engine_actors:  # the transformers wrapper shares its module and costs nothing
             models = dataclasses.replace(models, backend="transformers")
         seed_everything(cfg.seed)  # as the single-process trainer does before it builds its policies
-        self.policies = build_policies(models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks)
+        self.policies = build_policies(
+            models, list(agents), seed=cfg.seed, lora_ranks=lora_ranks, empty=self.shard_wise
+        )
+        if self.shard_wise:  # the engines start once the shards exist (`join_data_parallel`)
+            self.learners = {}
+            return
         if engine_actors:
             move_vllm_engines_to_actors(self.policies, cfg.models, lora_ranks, engine_gpus)
         if self.sharded:
@@ -61,6 +76,7 @@ class PolicyWorker:
                 give_engines_their_own_copy(self.policies, models.max_gen_batch)
         else:
             self.learners = {name: make_learner(cfg, p) for name, p in self.policies.items()}
+        self._sleep_engines()
         for name in self.policies:
             self._sync(name, collective=False)
 
@@ -71,17 +87,31 @@ class PolicyWorker:
         return rendezvous_address()
 
     def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
-        """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights."""
+        """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights.
+
+        A model built empty is sharded first and each rank reads its own shards from the model folder;
+        only then are its engines started, from the same folder (so they hold the same weights).
+        """
+        from drmas_train.engines.assignment import pick_device
         from drmas_train.learner.distributed import join, shard_module
         from drmas_train.learner.policy_ops import make_learner
+        from drmas_train.learner.shard_load import load_sharded
 
         dp = join(self.rank, world_size, host, port, timeout_s=timeout_s, strategy=strategy)
-        modules = {id(p.module): p.module for p in self.policies.values()}
-        for module in modules.values():
-            if dp.sharded:
+        modules = {id(p.module): (p.module, p.path) for p in self.policies.values()}
+        for module, path in modules.values():
+            if dp.sharded and self.shard_wise:
+                load_sharded(module, path, dp, pick_device(self.cfg.models.device))
+            elif dp.sharded:
                 shard_module(module, dp)
             else:
                 dp.broadcast_module(module)
+        if self.shard_wise and self.engine_actors:
+            move_vllm_engines_to_actors(self.policies, self.cfg.models, self.lora_ranks, self.engine_gpus)
+        elif self.shard_wise and self.generates:
+            engines_from_folders(self.policies, self.cfg.models)
+        if self.shard_wise:
+            self._sleep_engines()
         if dp.sharded:
             self.learners = {name: make_learner(self.cfg, p, dp=dp) for name, p in self.policies.items()}
         for learner in self.learners.values():
@@ -98,6 +128,8 @@ class PolicyWorker:
         for name, policy in self.policies.items():
             policy.backend = pooled_backend(kind, engines[name], name, policy.tokenizer, self.versions)
         self.pool_engines = True
+        if self.shard_wise:  # not read yet; the engines loaded the same folder the shards will come from
+            return
         for name in self.policies:
             self._sync(name, collective=False)
 
@@ -111,12 +143,47 @@ class PolicyWorker:
 
         policy = self.policies[name]
         pushes = self.generates or self.pool_engines
+        if self.sleeps:  # the engine takes the weights at its next wake, gathered then
+            return
         if self.sharded and collective:
             whole = full_state_dict(policy.module)  # a collective: every rank takes part, engine or not
             if pushes:
                 sync_engine(policy, whole)
         elif pushes:
             sync_engine(policy)
+
+    def _sleep_engines(self) -> None:
+        """With `models.engine.sleep`, put this rank's engines to sleep behind `engines.sleep.SleepingEngine`."""
+        if self.sleeps and self.generates:
+            from drmas_train.engines.sleep import sleep_engines
+
+            sleep_engines(self.policies, gathered=self.sharded)
+
+    def wake(self, name: str) -> None:
+        """Wake policy `name`'s engine with the current weights; under FSDP a collective (every rank gathers).
+
+        An engine that stays resident (`engines.sleep.sleep_engines` left it unwrapped) is pushed the
+        current weights here instead of after each update.
+        """
+        from drmas_train.engines.sleep import SleepingEngine
+        from drmas_train.learner.distributed import full_state_dict
+        from drmas_train.learner.policy_ops import sync_engine
+
+        policy = self.policies[name]
+        whole = full_state_dict(policy.module) if self.sharded else None
+        if not self.generates:
+            return
+        if isinstance(policy.backend, SleepingEngine):
+            policy.backend.wake(None if whole is None else [(n, whole[n]) for n, _ in policy.module.named_parameters()])
+        else:
+            sync_engine(policy, whole)
+
+    def sleep_engine(self, name: str) -> None:
+        """Put policy `name`'s engine back to sleep (a rank whose share of the round was empty never generated)."""
+        from drmas_train.engines.sleep import SleepingEngine
+
+        if self.generates and isinstance(self.policies[name].backend, SleepingEngine):
+            self.policies[name].backend.sleep()
 
     def pid(self) -> int:
         """The process id of this worker (named in the error raised when the process dies)."""
@@ -181,6 +248,39 @@ class PolicyWorker:
             load_full_state_dict(policy.module, tensors, strict=policy.adapter is None)
         else:
             load_policy_weights(policy, tensors)
+        self._sync(name)
+
+    def shard_bytes(self, name: str) -> int:
+        """About the bytes this rank's shard of policy `name` takes in a checkpoint."""
+        from drmas_train.learner.policy_shards import local_bytes
+
+        return local_bytes(self.policies[name], self.learners[name], sharded=self.sharded)
+
+    def save_shard(self, name: str, folder: str) -> int:
+        """Write this rank's shard of policy `name` into the checkpoint folder `folder` (under FSDP nothing is
+        gathered: its own parameter and optimizer shards); the bytes written.
+        """
+        from pathlib import Path
+
+        from drmas_train.learner.policy_shards import write_policy
+
+        policy, learner = self.policies[name], self.learners[name]
+        return write_policy(Path(folder), name, policy, learner, rank=self.rank, sharded=self.sharded)
+
+    def load_shard(self, name: str, folder: str) -> None:
+        """Read this rank's part of policy `name` from a sharded checkpoint (any rank count wrote it), then sync."""
+        from pathlib import Path
+
+        from drmas_train.learner.policy_ops import load_policy_weights
+        from drmas_train.learner.policy_shards import read_policy
+
+        policy, learner = self.policies[name], self.learners[name]
+        weights, state = read_policy(Path(folder), name, policy, learner)
+        if self.sharded:
+            policy.module.load_state_dict(weights, strict=policy.adapter is None)
+        else:
+            load_policy_weights(policy, weights)
+        learner.load_state_dict(state)
         self._sync(name)
 
     def learner_state(self, name: str) -> dict[str, Any]:

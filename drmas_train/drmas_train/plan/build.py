@@ -163,7 +163,7 @@ def _memory_section(
     unknown = [mp.name for pool in pools for mp in pool.models if mp.arch is None]
     startup_problems = [
         f"pool {r.pool} rank(s) {r.ranks}: start-up needs {r.startup / GIB:.1f} GiB of {r.capacity / GIB:.1f} GiB "
-        "(every model of the pool whole before sharding, and its engines)"
+        "(its models' shards and one layer being read under FSDP, each model whole otherwise; its engines)"
         for r in rows
         if r.startup > r.capacity
     ]
@@ -182,7 +182,8 @@ def _memory_section(
         "basis": (
             f"micro-batch of {cfg.learner.micro_batch_size} calls of max_model_len "
             f"{cfg.models.engine.max_model_len} tokens (the longest a call can be), "
-            f"learner dtype {cfg.models.dtype}, compute {learner_compute_dtype(cfg, gpu)}, gradient checkpointing "
+            f"learner dtype {cfg.models.dtype}, compute {learner_compute_dtype(cfg, gpu)}, hidden states between "
+            f"layers {cfg.learner.residual_dtype}, gradient checkpointing "
             f"{'on' if cfg.learner.gradient_checkpointing else 'off'}"
         ),
         "typical_call_tokens": typical,
@@ -213,7 +214,10 @@ def _host_per_node(cfg: TrainConfig, pools: list[PoolPlan], rows: list[Any]) -> 
         "startup": round(startup / GIB, 3),
         "capacity": cfg.placement.host_memory_gib,
         "fits": max(steady, startup) <= capacity,
-        "basis": "steady: the offloaded optimizer state of each rank; startup: each rank's largest model whole",
+        "basis": (
+            "steady: the offloaded optimizer state of each rank; startup: what each rank reads beyond file-backed "
+            "pages (one layer under FSDP, its largest model whole otherwise)"
+        ),
     }
 
 
@@ -367,6 +371,8 @@ def build_plan(
     missing = [d.missing for d in (train, ev) if d is not None and d.missing]
     return {
         "preset": preset,
+        "reference": cfg.reference,
+        "reproduces": cfg.reproduces,
         "env": cfg.env.id,
         "agents": agents,
         "train_dataset": asdict(train),
@@ -385,6 +391,7 @@ def build_plan(
                 "name": mp.name,
                 "agents": mp.agents,
                 "params": mp.arch.n_params() if mp.arch else None,
+                "layer_params": mp.arch.layer_params() if mp.arch else None,
                 "source": infos[mp.name].note,
             }
             for mp in plans

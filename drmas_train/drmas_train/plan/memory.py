@@ -58,13 +58,17 @@ def layer_activation_elems(arch: Arch) -> int:
     return 4 * arch.hidden_size + 5 * q + 4 * arch.intermediate_size
 
 
-def activation_bytes(arch: Arch, tokens: int, dtype: int, checkpointing: bool, compute: int | None = None) -> int:
+def activation_bytes(
+    arch: Arch, tokens: int, dtype: int, checkpointing: bool, compute: int | None = None, residual: int | None = None
+) -> int:
     """Activations of a micro-batch of `tokens` tokens (prompt and response) at `dtype` bytes per element.
 
     Under mixed precision (`compute` bytes, e.g. 2 for bf16 autocast over fp32 weights) the matmuls' saved
-    inputs and outputs are at `compute` bytes while the residual stream and the RMSNorms stay at `dtype`.
+    inputs and outputs are at `compute` bytes while the residual stream and the RMSNorms stay at `residual`
+    bytes (`learner.residual_dtype`: `dtype`, or `compute` when the stream is carried in bf16).
     """
     compute = compute or dtype
+    dtype = residual or dtype
     norms = 4 * arch.hidden_size
     per_layer = (norms * dtype + (layer_activation_elems(arch) - norms) * compute) * tokens
     if not checkpointing:
@@ -113,6 +117,7 @@ def train_state(
     trainable: int | None = None,
     shards: int = 1,
     compute: int | None = None,
+    residual: int | None = None,
 ) -> TrainState:
     """The training memory of one model on one rank.
 
@@ -128,6 +133,7 @@ def train_state(
         compute: bytes per element of the learner's matmuls under mixed precision (`learner.compute_dtype`);
             None: `dtype`. The bf16 copies of the weights that autocast makes (kept for backward) are
             counted with the activations.
+        residual: bytes per element of the hidden states between layers (`learner.residual_dtype`); None: `dtype`.
 
     """
     n = arch.n_params()
@@ -138,7 +144,7 @@ def train_state(
         weights=held * dtype // shards,
         gradients=train * dtype // shards,
         optimizer=2 * train * dtype // shards,
-        activations=activation_bytes(arch, tokens, dtype, checkpointing, compute)
+        activations=activation_bytes(arch, tokens, dtype, checkpointing, compute, residual)
         + (held * compute // shards if compute and compute < dtype else 0),
         logits=logits_bytes(arch, response_tokens, chunk_mib, dtype),
         gather=gather,

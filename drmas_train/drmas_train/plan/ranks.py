@@ -30,6 +30,9 @@ ENGINE_OVERHEAD_GIB = 2.0
 CUDA_CONTEXT_GIB = 0.5
 """A training process's CUDA context and allocator slack: an assumption (not measured)."""
 CPU_KV_GIB = 1.0
+ENGINE_ASLEEP_GIB = 1.0
+"""What a sleeping vLLM engine keeps on its GPU (sleep level 2 releases its weights and KV cache; its CUDA
+graphs and allocator pool stay): an assumption (not measured)."""
 """vLLM's KV cache on a CPU when `models.engine.kv_cache_gib` is unset (`drmas_train.config.engine`)."""
 
 
@@ -149,11 +152,32 @@ class RankMemory:
     engine_plans: list[EnginePlan] = field(default_factory=list)
     optimizer_offloaded: bool = False
     """AdamW's state lives on the host outside updates (`learner.optimizer_offload`)."""
+    optimizer_training: int = 0
+    """The largest model's optimizer state: all that is on the device during an update under offload (each
+    model's state moves in for its own update and out after it)."""
+    sleeping: bool = False
+    """Engines sleep between generations (`models.engine.sleep`): one awake at a time, none in updates."""
+    engine_asleep: int = 0
+    """What one sleeping engine keeps on the rank (`ENGINE_ASLEEP_GIB`)."""
     startup: int = 0
-    """The start-up peak: every model of the pool whole in `models.dtype` (built before sharding), its
-    engines and the runtime."""
+    """The start-up peak: on an FSDP pool each model's shard plus one whole layer being read (models are
+    built on the meta device and loaded shard by shard), elsewhere every model of the pool whole in
+    `models.dtype`; its engines (built one at a time and put to sleep when they sleep) and the runtime."""
     host_startup: int = 0
-    """Host memory at start-up: the largest model whole (each is loaded on the host, then moved)."""
+    """Host memory at start-up beyond file-backed pages: one layer being read (FSDP), else the largest model
+    whole (each is loaded on the host, then moved)."""
+
+    @property
+    def engines_rollout(self) -> int:
+        """Engines while generating: all resident, or one awake and the others asleep."""
+        if not self.sleeping or not self.engine_plans:
+            return self.engines
+        return max(e.memory for e in self.engine_plans) + (len(self.engine_plans) - 1) * self.engine_asleep
+
+    @property
+    def engines_update(self) -> int:
+        """Engines while a model trains: all resident, or all asleep."""
+        return len(self.engine_plans) * self.engine_asleep if self.sleeping else self.engines
 
     @property
     def rollout_phase(self) -> int:
@@ -161,15 +185,17 @@ class RankMemory:
         they are freed after each update, no activations).
         """
         optimizer = 0 if self.optimizer_offloaded else self.optimizer
-        return self.weights + optimizer + self.engines + self.runtime
+        return self.weights + optimizer + self.engines_rollout + self.runtime
 
     @property
     def update_phase(self) -> int:
         """Training one model: its gradients, activations, logits and FSDP gathers beside the weights, the
-        optimizer state (on the device for the update) and the engines (resident).
+        optimizer state (every model's, or only the training model's when offloaded) and the engines
+        (resident, or asleep).
         """
-        parts = (self.weights, self.gradients, self.optimizer, self.activations, self.logits, self.fsdp_gather)
-        return sum(parts) + self.engines + self.runtime
+        optimizer = self.optimizer_training if self.optimizer_offloaded else self.optimizer
+        parts = (self.weights, self.gradients, optimizer, self.activations, self.logits, self.fsdp_gather)
+        return sum(parts) + self.engines_update + self.runtime
 
     @property
     def total(self) -> int:
@@ -207,6 +233,12 @@ class RankMemory:
             "ranks": self.ranks,
             **gib,
             "runtime": round(self.runtime / GIB, 3),
+            "engines_rollout": round(self.engines_rollout / GIB, 3),
+            "engines_update": round(self.engines_update / GIB, 3),
+            "optimizer_in_update": round(
+                (self.optimizer_training if self.optimizer_offloaded else self.optimizer) / GIB, 3
+            ),
+            "engines_sleep": self.sleeping,
             "rollout_phase": round(self.rollout_phase / GIB, 3),
             "update_phase": round(self.update_phase / GIB, 3),
             "total": round(self.total / GIB, 3),
@@ -235,6 +267,15 @@ def learner_compute_dtype(cfg: TrainConfig, gpu: bool) -> str:
     return requested
 
 
+def engines_sleep(cfg: TrainConfig, backend: str, gpu: bool) -> bool:
+    """Whether the run's engines sleep between generations: `models.engine.sleep`, except vLLM on a CPU (its
+    sleep mode needs CUDA) or serving LoRA adapters (a sleep would drop the frozen base that no push
+    carries): the run says so and keeps those resident.
+    """
+    vllm_resident = backend == "vllm" and (not gpu or cfg.models.assignment == "lora")
+    return cfg.models.engine.sleep and not vllm_resident
+
+
 def rank_memory(
     cfg: TrainConfig,
     pool: PoolPlan,
@@ -258,6 +299,9 @@ def rank_memory(
     caps = [cfg.rollout.max_new_tokens, *(o.max_new_tokens for o in cfg.agents.values() if o and o.max_new_tokens)]
     out = RankMemory(pool.name, rank, capacity=capacity, runtime=int(CUDA_CONTEXT_GIB * GIB) if gpu else 0)
     out.optimizer_offloaded = learner.optimizer_offload
+    out.sleeping = engines_sleep(cfg, backend, gpu)
+    out.engine_asleep = int(ENGINE_ASLEEP_GIB * GIB) if out.sleeping and backend == "vllm" else 0
+    residual = compute if learner.residual_dtype == "compute" else b
     transient: TrainState | None = None
     for mp in pool.models:
         if mp.arch is None:
@@ -276,12 +320,15 @@ def rank_memory(
             trainable=trainable,
             shards=shards,
             compute=compute,
+            residual=residual,
         )
         out.weights += state.weights
         out.optimizer += state.optimizer
-        whole = mp.arch.n_params() * b
-        out.startup += whole
-        out.host_startup = max(out.host_startup, whole)
+        out.optimizer_training = max(out.optimizer_training, state.optimizer)
+        # FSDP: built on the meta device, each rank reads its own shard from the files a layer at a time
+        loading = mp.arch.layer_params() * b if shards > 1 else mp.arch.n_params() * b
+        out.startup += state.weights + loading if shards > 1 else loading
+        out.host_startup = max(out.host_startup, loading)
         if transient is None or state.transient > transient.transient:
             transient = state
         if generates:
@@ -289,7 +336,7 @@ def rank_memory(
             out.engine_plans.append(ep)
             out.engines += ep.memory
             out.kv_cache += ep.kv_cache
-    out.startup += out.engines + out.runtime
+    out.startup += out.engines_rollout + out.runtime
     if transient is not None:
         out.gradients, out.activations = transient.gradients, transient.activations
         out.logits, out.fsdp_gather = transient.logits, transient.gather

@@ -36,8 +36,10 @@ def _memory(m: dict[str, Any]) -> list[str]:
     kind = "GPU" if m["device"] == "gpu" else "process"
     head = f"memory per {kind} rank, GiB ({m['basis']}; against {m['declared']} GiB, {m['declared_from']}):"
     lines = [head]
-    cols = ("weights", "gradients", "optimizer", "activations", "logits", "fsdp_gather", "engines", "runtime", "total")
-    lines.append("  " + f"{'pool/ranks':<18}" + "".join(f"{c:>12}" for c in cols))
+    # engines: while generating (all of them, or the one awake and the others asleep)
+    cols = ("weights", "gradients", "optimizer", "activations", "logits", "fsdp_gather", "engines_rollout", "runtime")
+    cols += ("total",)
+    lines.append("  " + f"{'pool/ranks':<18}" + "".join(f"{c.removesuffix('_rollout'):>12}" for c in cols))
     for r in m["per_rank"]:
         row = "".join(f"{r[c]:>12.2f}" for c in cols)
         lines.append(f"  {r['pool'] + ' ' + r['ranks']:<18}{row}   {'fits' if r['fits'] else 'DOES NOT FIT'}")
@@ -45,6 +47,11 @@ def _memory(m: dict[str, Any]) -> list[str]:
             f"    phases: rollout {r['rollout_phase']:.2f}, update {r['update_phase']:.2f} (total: the larger); "
             f"start-up {r['startup']:.2f}"
         )
+        if r["engines_sleep"]:
+            lines.append(
+                f"    engines sleep: {r['engines_rollout']:.2f} while generating (one awake), "
+                f"{r['engines_update']:.2f} in updates (all asleep; {r['engines']:.2f} if all were awake)"
+            )
         if r["total_typical"] is not None:
             lines.append(
                 f"    at the measured prompt lengths ({m['typical_call_tokens']}-token calls): {r['total_typical']:.2f}"
@@ -55,7 +62,7 @@ def _memory(m: dict[str, Any]) -> list[str]:
     if host:
         lines.append(
             f"  host memory per node ({host['ranks']} ranks), GiB: steady {host['steady']:.1f} (offloaded optimizer "
-            f"state), start-up {host['startup']:.1f} (each rank's largest model whole), against {host['capacity']} "
+            f"state), start-up {host['startup']:.1f} (read beyond file-backed pages), against {host['capacity']} "
             f"(placement.host_memory_gib): {'fits' if host['fits'] else 'DOES NOT FIT'}"
         )
     if m["unknown_models"]:
@@ -72,6 +79,8 @@ def _memory(m: dict[str, Any]) -> list[str]:
 def render(plan: dict[str, Any]) -> str:
     """The plan as the text `drmas-train plan` prints."""
     lines = [f"plan of {plan['preset'] or 'the config'}: env {plan['env']}, agents {', '.join(plan['agents'])}"]
+    if plan["reference"]:
+        lines.append(f"reproduces: {plan['reference']}: {plan['reproduces']}")
     lines += _dataset(plan["train_dataset"], "train data")
     lines += _dataset(plan["eval_dataset"], "eval data")
     spe = plan["steps_per_epoch"]

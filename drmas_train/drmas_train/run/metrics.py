@@ -10,6 +10,9 @@ Keys:
 - where the env reports verdicts on graded attempts (math-2agent): `approve_right` / `approve_wrong`,
   how often the Verifier approved a right / wrong attempt this step; with `algo.balance_strata`,
   `balance/<agent>/<stratum>`, the weight the step gave that stratum's advantages;
+- where the env counts its grades (math: the `grades` fact): `grade/checks` (answers checked against a
+  reference), `grade/errors` (checks the grader failed: a reference it cannot parse, an exception, a worker
+  that died twice) and `grade/over_budget` (checks past a time or size bound: the answer's fault);
 - per model: `grad_norm/<model>` (pre-clip: the stability metric) and `learner/<model>/<key>` for
   the rest of the learner's figures (loss, clip_frac, entropy, skipped, ...);
 - `tokens/generated`, `tokens/per_s` (generation throughput), `mem/peak_rss_mb`; the trainer adds
@@ -69,7 +72,22 @@ def step_metrics(
     row["time/generate"] = batch.gen_seconds
     row["mem/peak_rss_mb"] = peak_rss_mb()
     row.update(verdict_metrics(batch.episodes))
+    row.update(grade_metrics(batch.episodes))
     return row
+
+
+def grade_metrics(results: Sequence[EpisodeResult]) -> dict[str, int]:
+    """`grade/checks`, `grade/errors`, `grade/over_budget` summed over episodes whose env counts its grades
+    (the final infos' `grades`: outcome -> count); {} when none does.
+    """
+    counts = [res.info["grades"] for res in results if isinstance(res.info.get("grades"), dict)]
+    if not counts:
+        return {}
+    return {
+        "grade/checks": sum(int(sum(c.values())) for c in counts),
+        "grade/errors": sum(int(c.get("error", 0)) for c in counts),
+        "grade/over_budget": sum(int(c.get("over_budget", 0)) for c in counts),
+    }
 
 
 def verdict_metrics(results: Sequence[EpisodeResult], prefix: str = "") -> dict[str, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import resource
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,10 +69,21 @@ class RunLog:
         run_dir: the run folder.
         resume_step: steps already done (rows after it are dropped); 0 starts fresh files.
         tensorboard: also write event files under `<run_dir>/tb`.
+        wandb_project: also log to this Weights & Biases project (`log.wandb`), with `settings` as the run's
+            W&B config; the run's W&B id is kept in `<run_dir>/wandb_id.txt`, so a resume continues it.
+        settings: the run's whole config as plain values.
 
     """
 
-    def __init__(self, run_dir: Path, *, resume_step: int = 0, tensorboard: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        resume_step: int = 0,
+        tensorboard: bool = True,
+        wandb_project: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -86,6 +98,7 @@ class RunLog:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
+        self.wandb = None if wandb_project is None else _wandb_run(self.run_dir, wandb_project, settings or {})
 
     def metrics(self, row: dict[str, Any]) -> None:
         """Append one step's metrics."""
@@ -98,6 +111,9 @@ class RunLog:
                 if k != "step" and isinstance(v, int | float) and not isinstance(v, bool):
                     self.writer.add_scalar(k, v, step)
             self.writer.flush()
+        if self.wandb is not None:
+            numbers = {k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            self.wandb.log({k: v for k, v in numbers.items() if k != "step"}, step=int(row["step"]))
 
     def trajectories(self, step: int, batch: RolloutBatch, episodes: Sequence[int]) -> None:
         """Append the listed episodes, every call with what the agent saw and said."""
@@ -122,6 +138,21 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+
+
+def _wandb_run(run_dir: Path, project: str, settings: dict[str, Any]) -> Any:
+    """A W&B run logging under `run_dir/wandb`, resumed when `run_dir` has one already."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError("log.wandb needs Weights & Biases: pip install 'drmas-train[wandb]'") from None
+    id_file = run_dir / "wandb_id.txt"
+    run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(6)
+    id_file.write_text(run_id + "\n")
+    return wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=settings)
 
 
 def _call_row(r: CallRecord) -> dict[str, Any]:

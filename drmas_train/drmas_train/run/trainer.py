@@ -11,15 +11,20 @@ Each step, in order:
    (of softmax(logits / T): the learner scores each call at its own temperature).
 3. Rewards: the team reward of the episode (1 if right, else 0), minus the agent's format penalty
    on a malformed call (paper: 0.1 math, 0.01 search).
+   The env also counts its grades (`grade/errors`, `grade/over_budget`); when more than
+   `max_grade_error_share` of them are errors the run stops before training the step (`run.grading`).
 4. Advantages: `compute_advantages` with the configured estimator: `drmas` (per prompt group and
    agent, every call a sample: the paper), `grpo` (episode scores per prompt group: the baseline),
-   `pooled` (every call a sample, no agent split: the ablation), `rloo`.
+   `pooled` (every call a sample, no agent split: the ablation), `rloo`. Under `learner.batch_layout`
+   reference each model's records are first padded with copies (`learner.layout`), which count here.
 5. Updates: one PPO step per policy (a model, or an agent's LoRA adapter), one after another, each
    with its own AdamW and its own grad clip; the pre-clip grad norm of each is logged every step.
    Only the calls a policy made train it. Defaults follow the paper: clip 0.2/0.2, dual clip 3,
    token-mean loss, one epoch, no KL, no entropy bonus, lr 1e-6, weight decay 0.01, clip 1.0.
 6. Sync: the engines take the new weights (`load_weights`; a no-op when the transformers engine
    shares the learner's module), and with them the step's weight version (`CallRecord.weight_version`).
+   With `models.engine.sleep` an engine sleeps instead and takes the current weights when it wakes,
+   before each of its generations (`drmas_train.engines.sleep`): one engine per rank awake at a time.
 7. Validation (`eval`, `drmas_train.run.validation`): before step 1 and every `eval.every` steps (and
    after the last), the current weights on held-out problems through the same engines: `val/avg@k`,
    `val/pass@k`, greedy `val/avg@1` and `val/answer_acc`, `val/valid/<agent>`, Verifier approval rates.
@@ -54,22 +59,27 @@ import torch
 import drmas_envs
 from drmas_train.algorithm import advantages as adv_mod
 from drmas_train.algorithm.group_stats import GroupWarnings, group_stats
-from drmas_train.config import TrainConfig, data_slot, save_config, steps_for_epochs, steps_per_epoch
+from drmas_train.algorithm.records import CallRecord
+from drmas_train.config import TrainConfig, data_slot, save_config, steps_for_epochs, steps_per_epoch, to_dict
 from drmas_train.engines.assignment import agent_to_policy, resolve_engine
 from drmas_train.learner.allocator import keep_freed_memory
-from drmas_train.learner.policy_ops import seed_everything
+from drmas_train.learner.policy_ops import seed_everything, train_records
 from drmas_train.placement.failures import WorkerDiedError
 from drmas_train.rollout import RolloutBatch, rollout
 from drmas_train.rollout.pipeline import RolloutProducer
 from drmas_train.rollout.versions import drop_stale_groups, staleness_stats
 from drmas_train.run.checkpoint import (
+    is_sharded_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
+    read_run_state,
     save_checkpoint,
     set_rng_state,
 )
-from drmas_train.run.metrics import step_metrics
+from drmas_train.run.grading import GradeGuard, check_references
+from drmas_train.run.metrics import grade_metrics, step_metrics
+from drmas_train.run.outage import ServiceOutageError, service_error
 from drmas_train.run.runlog import RunLog, logged_episodes
 from drmas_train.run.validation import (
     agent_sampling,
@@ -132,6 +142,10 @@ class Trainer:
             "train": drmas_envs.dataset_provenance(probe),
             "eval": drmas_envs.dataset_provenance(held_out) if held_out is not None else None,
         }
+        # every reference answer the grader must parse, parsed once before any model loads (`run.grading`)
+        for part, report in check_references({"train": probe, "eval": held_out}).items():
+            self.data_provenance[part]["reference_check"] = report
+        self.grade_guard = GradeGuard(cfg.max_grade_error_share)
         self.task_order = functools.lru_cache(maxsize=2)(probe.unwrapped.task_order)
         self.n_tasks = len(probe.unwrapped.tasks)
         steps_per_epoch(self.n_tasks, cfg.rollout.prompts_per_step)  # one batch must fit in a pass
@@ -167,7 +181,13 @@ class Trainer:
                 self._resume()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.run_dir / "config.yaml", data_provenance=self.data_provenance)
-            self.runlog = RunLog(self.run_dir, resume_step=self.step, tensorboard=cfg.log.tensorboard)
+            self.runlog = RunLog(
+                self.run_dir,
+                resume_step=self.step,
+                tensorboard=cfg.log.tensorboard,
+                wandb_project=cfg.log.wandb_project if cfg.log.wandb else None,
+                settings=to_dict(cfg),
+            )
         except BaseException:
             self.close()
             raise
@@ -236,8 +256,8 @@ class Trainer:
         folder = save_checkpoint(
             root,
             self.step,
-            policies={name: p.weights() for name, p in self.policies.items()},
-            learners={name: ln.state_dict() for name, ln in self.learners.items()},
+            write=self.workers.save_shards,
+            need=self.workers.checkpoint_bytes(),
             state={"cursor": self.cursor},
         )
         prune_checkpoints(root, self.cfg.log.keep_checkpoints)
@@ -248,9 +268,14 @@ class Trainer:
         if folder is None:
             log.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
             return
-        ckpt = load_checkpoint(folder, old_format=self.trust_checkpoint)
-        for name in self.policies:
-            self.workers.load(name, ckpt["weights"][name], ckpt["learners"][name])
+        if is_sharded_checkpoint(folder):  # each rank reads its own part
+            ckpt = read_run_state(folder)
+            for name in self.policies:
+                self.workers.load_shards(name, folder)
+        else:
+            ckpt = load_checkpoint(folder, old_format=self.trust_checkpoint)
+            for name in self.policies:
+                self.workers.load(name, ckpt["weights"][name], ckpt["learners"][name])
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["state"]["step"])
         self.workers.set_version(self.step)
@@ -278,12 +303,16 @@ class Trainer:
         self.cursor += cfg.rollout.prompts_per_step
         t_rollout = time.perf_counter() - t0
         stale = self._check_staleness(batch)
-        adv_stats = self._advantages(batch)
+        # a step whose grades are too often errors is not trained (`run.grading`)
+        self.grade_guard.check(self.step + 1, batch.episodes, grade_metrics(batch.episodes), self.last_checkpoint)
+        # With learner.batch_layout reference, each model's records padded with copies before advantages.
+        records = train_records(cfg, batch.records, self.policies, self.learners, self.step + 1)
+        adv_stats = self._advantages(batch, records)
         t_adv = time.perf_counter() - t0 - t_rollout
         updates: dict[str, dict[str, float]] = {}
         t1, t_sync = time.perf_counter(), 0.0
         for name in self.learners:  # models one after another; each engine synced after its update
-            updates[name] = self.workers.update(name, [r for r in batch.records if r.model == name])
+            updates[name] = self.workers.update(name, [r for r in records if r.model == name])
             t_sync += self.workers.sync_seconds
         self.step += 1
         self.workers.publish(self.step)  # with overlap: the push of every engine, between two batches
@@ -325,8 +354,9 @@ class Trainer:
             batch.records = kept
         return out
 
-    def _advantages(self, batch: RolloutBatch) -> dict[str, float]:
-        recs = batch.records
+    def _advantages(self, batch: RolloutBatch, records: list[CallRecord] | None = None) -> dict[str, float]:
+        """Fill the advantages of `records` (default: the batch's); return the step's advantage metrics."""
+        recs = batch.records if records is None else records
         if not recs:
             return {}
         ids = dict(
@@ -378,6 +408,10 @@ class Trainer:
         Raises:
             WorkerDiedError: a placed run's worker died; it names the worker, this step and the last
                 complete checkpoint.
+            ServiceOutageError: a service the env depends on stayed down after its retries; it names the
+                service, this step and the last complete checkpoint.
+            GradingError: more than `max_grade_error_share` of a step's grades were errors; it names the
+                step, the failing references and the last complete checkpoint.
 
         """
         rows = []
@@ -395,6 +429,11 @@ class Trainer:
                     on_step(row)
         except WorkerDiedError as exc:
             raise exc.at_step(self.running_step, self.last_checkpoint()) from exc
+        except RuntimeError as exc:  # the env's service (retrieval) down: the step is not trained
+            cause = service_error(exc)
+            if cause is None:
+                raise
+            raise ServiceOutageError(cause, self.running_step, self.last_checkpoint()) from exc
         finally:
             self.close()
         return rows

@@ -36,7 +36,7 @@ from drmas_train.config import EvalConfig, TrainConfig
 from drmas_train.engines.assignment import Policy
 from drmas_train.engines.base import SamplingParams
 from drmas_train.rollout import rollout
-from drmas_train.run.metrics import verdict_metrics
+from drmas_train.run.metrics import grade_metrics, verdict_metrics
 
 
 def held_out_kwargs(env_kwargs: Mapping[str, Any], cfg: EvalConfig) -> dict[str, Any]:
@@ -164,7 +164,8 @@ def evaluate_team(
     Returns:
         The sampled pass in `drmas_envs.evaluate.summarise`'s shape ({"avg@k", "pass@k", "n_problems",
         "by_source"}), plus "k", "agents" (agent -> {"valid", "response_tokens"}), the Verifier's
-        "approve_right" / "approve_wrong" where the env reports verdicts, and with `cfg.greedy` "greedy":
+        "approve_right" / "approve_wrong" where the env reports verdicts, "grade/checks", "grade/errors" and
+        "grade/over_budget" of both passes where it counts its grades, and with `cfg.greedy` "greedy":
         the greedy pass in the same shape at k = 1, with "answer_acc" where the env reports it;
         "weight_versions": the versions of the weights that served its calls (`CallRecord.weight_version`;
         one, when no weights were pushed while it ran).
@@ -186,6 +187,7 @@ def evaluate_team(
     out: dict[str, Any] = {**summarise(*tally(results, owners, env_id), cfg.k), "k": cfg.k}
     out["agents"] = _per_agent(calls, agents)
     out.update(verdict_metrics(results))
+    graded = list(results)
     versions = {c.weight_version for episode in calls for c in episode}
     if cfg.greedy:
         greedy = {a: replace(s, temperature=0.0, top_p=1.0) for a, s in sampling.items()}
@@ -195,6 +197,8 @@ def evaluate_team(
         loose = [r.info["loose_correct"] for r in results if "loose_correct" in r.info]
         if loose:
             out["greedy"]["answer_acc"] = float(np.mean(loose))
+        graded += results
+    out.update(grade_metrics(graded))  # both passes' grades: a failure shows, never stops validation
     out["weight_versions"] = sorted(v for v in versions if v is not None)  # [] where engines are not versioned
     return out
 
@@ -208,7 +212,7 @@ def metrics_row(result: Mapping[str, Any]) -> dict[str, float]:
     for agent, stats in result["agents"].items():
         row[f"val/valid/{agent}"] = stats["valid"]
         row[f"val/response_tokens/{agent}"] = stats["response_tokens"]
-    for key in ("approve_right", "approve_wrong"):
+    for key in ("approve_right", "approve_wrong", "grade/checks", "grade/errors", "grade/over_budget"):
         if key in result:
             row[f"val/{key}"] = result[key]
     if "greedy" in result:

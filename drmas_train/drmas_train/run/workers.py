@@ -12,6 +12,9 @@ both implementations:
   each worker pushes into its own engine inside its update (no weights cross the driver), or, with
   `placement.rollout_pool`, into its models' engine actors on the rollout pool, through Ray.
 
+With `models.engine.sleep` every engine sleeps between its generations and takes the current weights
+at each wake (`engines.sleep`); a push after an update then only counts where the engine is awake.
+
 With `rollout.max_staleness` >= 1 (`drmas_train.rollout.pipeline`) `LocalWorkers` gives each engine
 a copy of its module and pushes every policy at once in `publish`, between two rollout batches; placed
 workers keep pushing after their update, between two requests.
@@ -24,12 +27,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import TrainConfig
 from drmas_train.engines.assignment import build_policies
+from drmas_train.engines.sleep import sleep_engines
 from drmas_train.learner.policy_ops import load_policy_weights, make_learner, sync_engine
+from drmas_train.learner.policy_shards import local_bytes, read_policy, write_policy
 from drmas_train.rollout.versions import WeightClock, version_engines
 
 
@@ -45,6 +51,8 @@ class LocalWorkers:
             from drmas_train.placement.engines import give_engines_their_own_copy
 
             give_engines_their_own_copy(self.policies, cfg.models.max_gen_batch)
+        if cfg.models.engine.sleep:  # each generation: wake, push the module's weights, generate, sleep
+            sleep_engines(self.policies)
         self.clock = WeightClock()
         version_engines(self.policies.values(), self.clock)
         self.sync_seconds = 0.0
@@ -83,6 +91,21 @@ class LocalWorkers:
         load_policy_weights(self.policies[name], weights)
         self.learners[name].load_state_dict(learner_state)
         sync_engine(self.policies[name])
+
+    def checkpoint_bytes(self) -> int:
+        """The bytes a checkpoint of every policy takes."""
+        return sum(local_bytes(p, self.learners[n], sharded=False) for n, p in self.policies.items())
+
+    def save_shards(self, folder: Path) -> dict[str, list[int]]:
+        """Write every policy whole into the checkpoint folder, as rank 0; per policy, the ranks that wrote."""
+        for name, policy in self.policies.items():
+            write_policy(folder, name, policy, self.learners[name], rank=0, sharded=False)
+        return {name: [0] for name in self.policies}
+
+    def load_shards(self, name: str, folder: Path) -> None:
+        """Load policy `name` from a sharded checkpoint (whatever rank count wrote it) and sync its engine."""
+        weights, state = read_policy(folder, name, self.policies[name], self.learners[name])
+        self.load(name, weights, state)
 
     def close(self) -> None:
         """Nothing to free: the models go with this process."""
@@ -131,6 +154,18 @@ class PlacedWorkers:
         """Load into every rank; the workers sync their engines."""
         self.policies[name].load_weights(weights)
         self.learners[name].load_state_dict(learner_state)
+
+    def checkpoint_bytes(self) -> int:
+        """The bytes a checkpoint of every policy takes (each writing rank counts its own shard)."""
+        return sum(p.shard_bytes() for p in self.policies.values())
+
+    def save_shards(self, folder: Path) -> dict[str, list[int]]:
+        """Each policy's writing ranks write their own shards into the folder; per policy, the ranks that wrote."""
+        return {name: p.save_shards(str(folder)) for name, p in self.policies.items()}
+
+    def load_shards(self, name: str, folder: Path) -> None:
+        """Every rank of policy `name` reads its part of a sharded checkpoint and syncs its engines."""
+        self.policies[name].load_shards(str(folder))
 
     def close(self) -> None:
         """Free the workers and placement groups, and Ray itself when this run started it (idempotent)."""
