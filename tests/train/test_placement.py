@@ -165,6 +165,9 @@ def test_data_parallel_pool_matches_the_single_process(
         assert len(policy.backend.workers) == 2
         assert all(n > 0 for n in ray.get([w.generated.remote() for w in policy.ranks])), policy.name
     rows = trainer.train()
+    # Each rank of the pool reports its own memory peaks every step (no GPU here: RSS only).
+    assert all(rows[0][f"mem/shared/{rank}/peak_rss_mb"] > 0 for rank in (0, 1))
+    assert not [k for k in rows[0] if k.startswith("mem/") and k.endswith("peak_device_gib")]
     # Resume the checkpoint (rank 0's weights and optimizer state, or each fsdp rank's own shards) into fresh
     # ranks for step 2: the engine and both replicas or shards must start from it.
     trainer = Trainer(

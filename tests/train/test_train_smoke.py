@@ -47,6 +47,7 @@ def test_smoke_math_2agent(tmp_path, assignment, models):
         for agent in ("solver", "verifier"):
             assert f"reward/{agent}" in row and f"adv/{agent}/sq_mean" in row
         assert row["mem/peak_rss_mb"] > 0 and row["time/step"] > 0
+        assert row["mem/process/0/peak_rss_mb"] > 0 and "mem/process/0/peak_device_gib" not in row  # no GPU
         # grading failures are counted every step, never folded into wrong answers (generated sums: none)
         assert row["grade/errors"] == 0 and row["grade/over_budget"] == 0 and "grade/checks" in row
     for m in models:  # every model got a real gradient at least once, and its weights moved

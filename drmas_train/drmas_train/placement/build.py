@@ -172,6 +172,7 @@ def build_placed(
                 adapter=info["adapter"],
                 path=info["path"],
                 labels=names,
+                pool=wname,
             )
             learners[pname] = RemoteLearner(group, pname, sharded=sharded, labels=names)
     return policies, learners, handles

@@ -94,6 +94,8 @@ class RemotePolicy:
     extra: dict[str, Any] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     """Each rank's name in errors (`placement.failures`): pool, rank and pid."""
+    pool: str = ""
+    """The pool its workers run on (metrics name it: `mem/<pool>/<rank>/...`)."""
 
     def __post_init__(self) -> None:
         self.ranks = self.ranks or [self.worker]

@@ -185,6 +185,12 @@ class PolicyWorker:
         if self.generates and isinstance(self.policies[name].backend, SleepingEngine):
             self.policies[name].backend.sleep()
 
+    def memory(self) -> dict[str, float]:
+        """The memory peaks of this rank since the last call (`learner.memory.read_peaks`)."""
+        from drmas_train.learner.memory import read_peaks
+
+        return read_peaks()
+
     def pid(self) -> int:
         """The process id of this worker (named in the error raised when the process dies)."""
         import os

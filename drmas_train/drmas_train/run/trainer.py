@@ -335,6 +335,7 @@ class Trainer:
             log.warning(message)
         if cfg.eval.due(self.step, cfg.steps):
             row.update(self.validate())  # after time/step: a step's time is training only
+        row.update(self.workers.memory())  # each process's peaks over this step (validation included)
         self.runlog.metrics(row)
         self.runlog.trajectories(self.step, batch, logged_episodes(batch.group_of, self.cfg.log.trajectories_per_step))
         every = cfg.log.checkpoint_every

@@ -34,6 +34,7 @@ from drmas_train.algorithm.records import CallRecord
 from drmas_train.config import TrainConfig
 from drmas_train.engines.assignment import build_policies
 from drmas_train.engines.sleep import sleep_engines
+from drmas_train.learner.memory import read_peaks
 from drmas_train.learner.policy_ops import load_policy_weights, make_learner, sync_engine
 from drmas_train.learner.policy_shards import local_bytes, read_policy, write_policy
 from drmas_train.rollout.versions import WeightClock, version_engines
@@ -107,6 +108,10 @@ class LocalWorkers:
         weights, state = read_policy(folder, name, self.policies[name], self.learners[name])
         self.load(name, weights, state)
 
+    def memory(self) -> dict[str, float]:
+        """The memory peaks of this process since the last call, as `mem/process/0/<peak>` metrics."""
+        return {f"mem/process/0/{k}": v for k, v in read_peaks().items()}
+
     def close(self) -> None:
         """Nothing to free: the models go with this process."""
 
@@ -166,6 +171,18 @@ class PlacedWorkers:
     def load_shards(self, name: str, folder: Path) -> None:
         """Every rank of policy `name` reads its part of a sharded checkpoint and syncs its engines."""
         self.policies[name].load_shards(str(folder))
+
+    def memory(self) -> dict[str, float]:
+        """Every worker's memory peaks since the last call, as `mem/<pool>/<rank>/<peak>` metrics."""
+        from drmas_train.placement.failures import gather
+
+        seen: dict[tuple[str, int], tuple[Any, str]] = {}
+        for p in self.policies.values():  # workers of a shared pool hold several policies: ask each once
+            for rank, worker in enumerate(p.ranks):
+                seen.setdefault((p.pool, rank), (worker, p.labels[rank]))
+        refs = [w.memory.remote() for w, _ in seen.values()]
+        peaks = gather(refs, [label for _, label in seen.values()], "worker", "", "memory")
+        return {f"mem/{pool}/{rank}/{k}": v for (pool, rank), got in zip(seen, peaks) for k, v in got.items()}
 
     def close(self) -> None:
         """Free the workers and placement groups, and Ray itself when this run started it (idempotent)."""
