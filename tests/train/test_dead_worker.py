@@ -60,8 +60,8 @@ def local_ray():
 
 
 def _loopback_env() -> dict[str, str]:
-    """A driver joining the test's one-machine Ray on 127.0.0.1 must look for its raylet there too."""
-    return {**os.environ, ONE_MACHINE_ENV: "0"}
+    """The plain environment: drmas-train joins the test's Ray on 127.0.0.1 as given (`placement.start_ray`)."""
+    return {k: v for k, v in os.environ.items() if k != ONE_MACHINE_ENV}
 
 
 def _cli(run: Path, address: str, overrides: dict, *args: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,10 @@ def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = No
     if ray.is_initialized():
         return False
     if placement.ray_address:
-        ray.init(address=placement.ray_address)
+        host = placement.ray_address.rsplit(":", 1)[0].strip("[]")
+        # Ray swaps a loopback address for the machine's own before joining; a cluster on 127.0.0.1 needs it kept
+        with loopback_only() if host in ("127.0.0.1", "localhost", "::1") else contextlib.nullcontext():
+            ray.init(address=placement.ray_address)
         return True
     # Logical CPUs: pools bigger than the machine still get scheduled (and share its cores).
     wanted = math.ceil(sum(p.cpus for p in (sizes or {}).values()))
