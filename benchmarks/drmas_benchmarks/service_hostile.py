@@ -33,7 +33,7 @@ import requests
 
 from drmas_benchmarks.machine import cpu_line
 from drmas_benchmarks.service_attackers import run_mix
-from drmas_benchmarks.service_load import DATA, ROOT, free_port, questions, world_corpus
+from drmas_benchmarks.service_load import DATA, ROOT, free_port, questions, wait_healthy, world_corpus
 
 OUT = ROOT / "benchmarks" / "results" / "service_load_hostile.md"
 MIXES = [("slowloris",), ("nonreading",), ("heavy",), ("slowloris", "nonreading", "heavy")]
@@ -55,15 +55,7 @@ def start_server(index: str, log: Path, extra: list[str]) -> tuple[subprocess.Po
     cmd = [sys.executable, "-m", "drmas_retrieval.cli", "serve", "--index", index, "--port", str(port), *extra]
     with open(log, "w") as fh:  # a file, not a pipe: a pipe nobody drains would block the server's logging
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start")
+    return proc, wait_healthy(proc, f"http://127.0.0.1:{port}")
 
 
 def peak_rss(pid: int) -> int:

@@ -109,15 +109,19 @@ def start_server(index: str, server: str, max_batch: int) -> tuple[subprocess.Po
     port = free_port()
     cmd = [sys.executable, "-m", "drmas_retrieval.cli", "serve", "--index", index, "--port", str(port)]
     proc = subprocess.Popen([*cmd, "--server", server, "--max-batch", str(max_batch)], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    return proc, wait_healthy(proc, f"http://127.0.0.1:{port}")
+
+
+def wait_healthy(proc: subprocess.Popen, url: str) -> str:
+    """`url` once its /health answers 200 (up to a minute); the process is killed if it never does."""
     for _ in range(600):
         try:
             if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
+                return url
         except requests.ConnectionError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"{server} server did not start")
+    raise RuntimeError(f"the server at {url} did not start")
 
 
 def hostile(url: str) -> dict[str, int]:

@@ -20,19 +20,16 @@ While each run trains, the test lists every listening TCP socket and every bound
 cluster's processes (GCS, raylets, agents, the workers) and of the driver, and finds loopback only.
 """
 
-import ipaddress
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
-
 from ray.cluster_utils import Cluster  # noqa: E402
+from sockets import bound_sockets, is_loopback  # noqa: E402
 
 from drmas_train.placement.loopback import ONE_MACHINE_ENV  # noqa: E402
 from drmas_train.run.checkpoint import latest_checkpoint  # noqa: E402
@@ -57,29 +54,6 @@ def two_nodes():
         cluster.shutdown()  # this cluster's processes only, never `ray stop`
 
 
-def _is_loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip.split("%")[0])
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, an IPv6 socket bound to IPv4 loopback
-    return (mapped or address).is_loopback
-
-
-def _sockets() -> set[tuple[int, str, str, int]]:
-    """(pid, process name, ip, port) of every listening TCP and bound UDP socket of this process tree:
-    the cluster's processes (which this process started) and the driver with whatever it started."""
-    me = psutil.Process()
-    found = set()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            name, conns = proc.name(), proc.net_connections(kind="inet")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        for c in conns:
-            tcp_listen = c.type == socket.SOCK_STREAM and c.status == psutil.CONN_LISTEN
-            if tcp_listen or (c.type == socket.SOCK_DGRAM and c.laddr):
-                found.add((proc.pid, name, c.laddr.ip, c.laddr.port))
-    return found
-
-
 def _drmas_train(cluster, run_dir, log, *argv):
     """Run the CLI against the cluster as a driver of its own; return its exit status, its stderr's tail and
     the sockets seen while it ran."""
@@ -90,7 +64,7 @@ def _drmas_train(cluster, run_dir, log, *argv):
         proc = subprocess.Popen([*cmd, *argv], stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             while True:
-                seen |= _sockets()
+                seen |= bound_sockets()
                 try:
                     proc.wait(timeout=1.0)
                     break
@@ -155,5 +129,5 @@ def test_two_loopback_nodes_train_checkpoint_and_resume(two_nodes, tmp_path, pla
     names = {name for _, name, *_ in sockets}
     assert {"gcs_server", "raylet"} <= names, sockets  # Ray's own servers were seen, so the list is real
     assert {pid for _, pid in workers.values()} <= {pid for pid, *_ in sockets}, sockets  # and every worker's
-    exposed = [s for s in sockets if not _is_loopback(s[2])]
+    exposed = [s for s in sockets if not is_loopback(s[2])]
     assert exposed == [], exposed
