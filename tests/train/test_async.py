@@ -256,7 +256,7 @@ def test_placed_pools_stay_within_the_bound_and_resume_on_the_checkpoint_version
     """per_agent pools (one samples while the other updates), then a shared pool; the workers stamp the versions."""
     ray = pytest.importorskip("ray")
     with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         pools = {"placement.mode": "per_agent", "placement.pools.solver.cpus": 1, "placement.pools.verifier.cpus": 1}
         overrides = {**ASYNC, **pools, "models.assignment": "per_agent", "rollout.max_staleness": 1}

@@ -54,7 +54,7 @@ ONE_RANK = {"placement.mode": "shared", "placement.shared_pool.cpus": 1, "placem
 @pytest.fixture(scope="module")
 def local_ray():
     with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

@@ -38,7 +38,7 @@ KEYS = ("grad_norm/solver", "grad_norm/verifier", "reward/solver", "reward/verif
 @pytest.fixture(scope="module")
 def local_ray():
     with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

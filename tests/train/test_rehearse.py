@@ -26,6 +26,7 @@ from drmas_retrieval import ServiceConfig, serve_in_thread
 from drmas_train.config import build_config, list_presets, load_preset, to_dict
 from drmas_train.learner.layout import padding_multiple, world_size_of
 from drmas_train.learner.policy_ops import learner_config
+from drmas_train.placement.loopback import loopback_only
 from drmas_train.run.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -36,7 +37,8 @@ MISSING = object()
 @pytest.fixture(scope="module")
 def local_ray():
     # Logical CPUs: the presets' pools ask for 8 per rank; every worker runs one torch thread.
-    ray.init(num_cpus=64, include_dashboard=False, log_to_driver=False)
+    with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
+        ray.init(address="local", num_cpus=64, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -70,7 +70,9 @@ def test_rollout_pool_config_is_checked(tmp_path):
 def local_ray():
     ray = pytest.importorskip("ray")
     with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)  # logical CPUs: the pools' sum
+        ray.init(
+            address="local", num_cpus=3, include_dashboard=False, log_to_driver=False
+        )  # logical CPUs: the pools' sum
     yield ray
     ray.shutdown()
 

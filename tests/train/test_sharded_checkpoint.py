@@ -14,6 +14,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from drmas_train.config import build_config  # noqa: E402
+from drmas_train.placement.loopback import loopback_only  # noqa: E402
 from drmas_train.run.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights  # noqa: E402
 from drmas_train.run.trainer import Trainer  # noqa: E402
 
@@ -29,7 +30,8 @@ FSDP = {
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():  # a local Ray on 127.0.0.1 only, as drmas-train starts it
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -38,7 +38,10 @@ def start_ray(placement: PlacementConfig, sizes: dict[str, PoolSize] | None = No
     # Logical CPUs: pools bigger than the machine still get scheduled (and share its cores).
     wanted = math.ceil(sum(p.cpus for p in (sizes or {}).values()))
     with loopback_only():  # a cluster of this machine alone: its ports on 127.0.0.1 (`placement.loopback`)
-        ray.init(num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False)
+        # "local": a new Ray of its own, never one RAY_ADDRESS or an earlier `ray start` on this machine names
+        ray.init(
+            address="local", num_cpus=max(os.cpu_count() or 1, wanted), include_dashboard=False, log_to_driver=False
+        )
     return True
 
 
