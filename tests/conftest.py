@@ -22,6 +22,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before any test module imports torc
 ENGINE_GROUP = "engines"
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one intra-op thread for a module: tiny models gain nothing from more, and lose a lot to
+    them on a busy 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("vllm") or item.get_closest_marker("ray"):

@@ -82,14 +82,7 @@ class AsgiRetrievalServer:
 
     def __init__(self, retriever: Retriever, config: ServiceConfig | None = None):
         self.config = cfg = config or ServiceConfig()
-        self.batcher = Batcher(
-            retriever,
-            max_batch=cfg.max_batch,
-            max_batch_chars=cfg.max_batch_chars,
-            max_batch_hits=cfg.max_batch_hits,
-            max_pending=cfg.max_pending,
-            max_pending_per_client=cfg.max_pending_per_client,
-        )
+        self.batcher = Batcher.from_config(retriever, cfg)
         family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
         # bound here, not by uvicorn, so that port 0 resolves and the URL is known before serving starts
         self.socket = socket.create_server((cfg.host, cfg.port), family=family, backlog=cfg.backlog)

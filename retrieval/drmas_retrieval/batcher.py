@@ -90,6 +90,19 @@ class Batcher:
 
     """
 
+    @classmethod
+    def from_config(cls, retriever: Retriever, cfg: Any, budget: ByteBudget | None = None) -> Batcher:
+        """A batcher with a `ServiceConfig`'s batch and queue bounds (both front ends build theirs so)."""
+        return cls(
+            retriever,
+            max_batch=cfg.max_batch,
+            max_batch_chars=cfg.max_batch_chars,
+            max_batch_hits=cfg.max_batch_hits,
+            max_pending=cfg.max_pending,
+            max_pending_per_client=cfg.max_pending_per_client,
+            budget=budget,
+        )
+
     def __init__(
         self,
         retriever: Retriever,

@@ -201,15 +201,7 @@ class RetrievalServer(ThreadingHTTPServer):
         self.request_queue_size = cfg.backlog
         self.budget = ByteBudget(cfg.buffer_bytes)
         self.parse_lock = threading.Lock()
-        self.batcher = Batcher(
-            retriever,
-            max_batch=cfg.max_batch,
-            max_batch_chars=cfg.max_batch_chars,
-            max_batch_hits=cfg.max_batch_hits,
-            max_pending=cfg.max_pending,
-            max_pending_per_client=cfg.max_pending_per_client,
-            budget=self.budget,
-        )
+        self.batcher = Batcher.from_config(retriever, cfg, budget=self.budget)
         self.connections = self.refused = self.deadline_drops = 0
         self._count_lock = threading.Lock()
         super().__init__((cfg.host, cfg.port), Handler)

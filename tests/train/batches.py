@@ -20,3 +20,8 @@ def shared_prefix_records(vocab: int, n: int = 6, seed: int = 3) -> list[CallRec
             )
         )  # fmt: skip
     return out
+
+
+def flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    """Every parameter's gradient in one vector (parameters without one left out)."""
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])

@@ -19,11 +19,8 @@ from drmas_train.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread(one_torch_thread):
+    """torch on one thread for this module (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from batches import shared_prefix_records
+from batches import flat_grad, shared_prefix_records
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
@@ -40,10 +40,6 @@ def _output_dtypes(model, fn) -> dict[str, set[torch.dtype]]:
     return seen
 
 
-def _flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
-
-
 @pytest.mark.parametrize("forward", ["plain", "shared_prefix"])
 def test_bf16_compute_runs_bf16_matmuls_and_keeps_fp32_weights_gradients_and_head(base_model, forward):
     records = shared_prefix_records(base_model.config.vocab_size)
@@ -53,7 +49,7 @@ def test_bf16_compute_runs_bf16_matmuls_and_keeps_fp32_weights_gradients_and_hea
     seen = _output_dtypes(bf16, lambda: learner.compute_gradients(records))
     assert seen == {"q_proj": {torch.bfloat16}}
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in bf16.parameters())
-    g32, g16 = _flat_grad(fp32), _flat_grad(bf16)
+    g32, g16 = flat_grad(fp32), flat_grad(bf16)
     assert not torch.equal(g32, g16)  # bf16 matmuls ran
     assert float(torch.nn.functional.cosine_similarity(g32, g16, dim=0)) > 0.99
     # log-probs stay close to fp32's (the head and log-softmax are fp32; only the body rounds)
@@ -105,7 +101,7 @@ def test_head_dtype_compute_keeps_fp32_gradients_close_to_the_fp32_heads(base_mo
     learner = Learner(bf16_head, PPOConfig(compute_dtype="bfloat16", forward="shared_prefix", head_dtype="compute"))
     learner.compute_gradients(records)
     kept.compute_gradients(records)
-    g_kept, g_bf16 = _flat_grad(fp32_head), _flat_grad(bf16_head)
+    g_kept, g_bf16 = flat_grad(fp32_head), flat_grad(bf16_head)
     assert all(p.grad.dtype == torch.float32 for p in bf16_head.parameters())
     assert not torch.equal(g_kept, g_bf16)
     assert float(torch.nn.functional.cosine_similarity(g_kept, g_bf16, dim=0)) > 0.99
@@ -135,7 +131,7 @@ def test_head_dtype_is_moot_under_fp32_compute(base_model):
     a, b = copy.deepcopy(base_model), copy.deepcopy(base_model)
     Learner(a, PPOConfig()).compute_gradients(records)
     Learner(b, PPOConfig(head_dtype="compute")).compute_gradients(records)
-    assert torch.equal(_flat_grad(a), _flat_grad(b))
+    assert torch.equal(flat_grad(a), flat_grad(b))
 
 
 class _WeightCasts(TorchDispatchMode):
@@ -161,7 +157,7 @@ def test_bf16_weight_copies_are_made_once_per_optimizer_step_and_change_nothing(
         learner = Learner(model, config)
         with _WeightCasts(model) as casts:
             learner.compute_gradients(records)
-        return casts.count, _flat_grad(model)
+        return casts.count, flat_grad(model)
 
     kept, g_kept = casts_and_grad(copy.deepcopy(base_model))
     monkeypatch.setattr(ppo, "keep_casts", lambda dtype, device_type: contextlib.nullcontext())

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from batches import shared_prefix_records
+from batches import flat_grad, shared_prefix_records
 from transformers import AutoModelForCausalLM
 
 from drmas_train.learner import Learner, PPOConfig
@@ -36,10 +36,6 @@ def _layer_inputs(model, fn) -> set[torch.dtype]:
     return seen
 
 
-def _flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
-
-
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_compute_residual_carries_bf16_between_layers_with_gradients_close_to_fp32s(base_model, checkpointing):
     records = shared_prefix_records(base_model.config.vocab_size)
@@ -49,7 +45,7 @@ def test_compute_residual_carries_bf16_between_layers_with_gradients_close_to_fp
     carried = Learner(bf16_res, PPOConfig(**common, residual_dtype="compute"))
     assert _layer_inputs(fp32_res, lambda: kept.compute_gradients(records)) == {torch.float32}
     assert _layer_inputs(bf16_res, lambda: carried.compute_gradients(records)) == {torch.bfloat16}
-    g32, g16 = _flat_grad(fp32_res), _flat_grad(bf16_res)
+    g32, g16 = flat_grad(fp32_res), flat_grad(bf16_res)
     assert all(p.grad.dtype == torch.float32 and p.dtype == torch.float32 for p in bf16_res.parameters())
     assert not torch.equal(g32, g16)  # the residual additions rounded to bf16
     # Both runs round their matmuls to bf16 (8 significant bits); carrying the residual in bf16 adds one more
@@ -75,7 +71,7 @@ def test_residual_dtype_is_moot_under_fp32_compute(base_model):
     Learner(a, PPOConfig(forward="plain")).compute_gradients(records)
     learner = Learner(b, PPOConfig(forward="plain", residual_dtype="compute"))
     assert _layer_inputs(b, lambda: learner.compute_gradients(records)) == {torch.float32}
-    assert torch.equal(_flat_grad(a), _flat_grad(b))
+    assert torch.equal(flat_grad(a), flat_grad(b))
 
 
 def test_residual_dtype_is_a_checked_choice():
