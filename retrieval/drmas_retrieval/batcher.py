@@ -27,10 +27,13 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drmas_envs.search.retrievers import Passage, Retriever
 from drmas_retrieval.limits import ByteBudget
+
+if TYPE_CHECKING:  # the config module is only read for its fields here
+    from drmas_retrieval.config import ServiceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ class Batcher:
     """
 
     @classmethod
-    def from_config(cls, retriever: Retriever, cfg: Any, budget: ByteBudget | None = None) -> Batcher:
+    def from_config(cls, retriever: Retriever, cfg: ServiceConfig, budget: ByteBudget | None = None) -> Batcher:
         """A batcher with a `ServiceConfig`'s batch and queue bounds (both front ends build theirs so)."""
         return cls(
             retriever,
