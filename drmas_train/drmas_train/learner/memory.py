@@ -6,13 +6,18 @@ import resource
 import sys
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
 def read_peaks() -> dict[str, float]:
     """The calling process's peaks: `peak_device_gib`, the most GPU memory torch held since the last call (then
     reset, so each call covers one step; absent without CUDA), and `peak_rss_mb`, the process's peak
     resident memory so far (the kernel keeps no per-interval peak).
     """
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = {"peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10)}  # bytes on macOS, KiB on Linux
+    out = {"peak_rss_mb": peak_rss_mb()}
     if "torch" in sys.modules:
         import torch
 

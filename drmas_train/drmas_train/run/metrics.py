@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from drmas_envs import EpisodeResult
+from drmas_train.learner.memory import peak_rss_mb
 from drmas_train.rollout import RolloutBatch
-from drmas_train.run.runlog import peak_rss_mb
 
 
 def _mean(values: Sequence[float]) -> float:

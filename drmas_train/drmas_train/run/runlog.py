@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import secrets
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from drmas_train.algorithm.records import CallRecord
 from drmas_train.rollout import RolloutBatch
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process, in MiB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def logged_episodes(group_of: Sequence[int], k: int) -> list[int]:
