@@ -64,6 +64,21 @@ MAY_CHANGE = (
     "env.kwargs.retriever",
 )
 
+FULL_LENGTH = "math-2x-qwen3-4b"
+"""The preset rehearsed at its own prompt and response caps; the others run at `SHORTEN` of theirs."""
+
+SHORTEN = 16
+"""The others' caps are divided by this: their engines, pools, layouts and env options are what differ
+between presets, and at full length each search preset's rehearsal took minutes of the suite."""
+
+MAY_CHANGE_SHORT = (
+    "rollout.max_prompt_tokens",
+    "rollout.max_new_tokens",
+    "agents.",  # only their `max_new_tokens` (checked by the test)
+    "models.engine.max_model_len",
+)
+"""What a shortened rehearsal may change besides `MAY_CHANGE`: the caps, and the engine length they derive."""
+
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 """The real benchmark data beside the checkout (absent on a user's machine: made-up items stand in)."""
 
@@ -172,10 +187,26 @@ def paper_search_corpus(root: Path, n: int = 2000) -> Path:
     return path
 
 
-def overrides(data: dict[str, Any], root: Path, retriever_url: str | None = None) -> dict[str, Any]:
+def shortened_caps(data: dict[str, Any]) -> dict[str, int]:
+    """The preset's prompt and response caps (its agents' own too) divided by `SHORTEN`."""
+    rollout = data.get("rollout", {})
+    out = {
+        "rollout.max_prompt_tokens": rollout.get("max_prompt_tokens", 2048) // SHORTEN,
+        "rollout.max_new_tokens": rollout.get("max_new_tokens", 512) // SHORTEN,
+    }
+    for agent, own in (data.get("agents") or {}).items():
+        if (own or {}).get("max_new_tokens") is not None:
+            out[f"agents.{agent}.max_new_tokens"] = own["max_new_tokens"] // SHORTEN
+    return out
+
+
+def overrides(
+    data: dict[str, Any], root: Path, retriever_url: str | None = None, short: bool = False
+) -> dict[str, Any]:
     """The dotted-key overrides that turn preset `data` (as loaded) into its CPU rehearsal.
 
     `retriever_url`: the loopback retrieval service a search preset's env uses instead of its own.
+    `short`: the caps divided by `SHORTEN` (`shortened_caps`).
     """
     models = data.get("models", {})
     out: dict[str, Any] = {
@@ -202,8 +233,10 @@ def overrides(data: dict[str, Any], root: Path, retriever_url: str | None = None
             out[f"placement.{pool}.gpus"] = 0.0
     for name in placement.get("pools", {}):
         out[f"placement.pools.{name}.gpus"] = 0.0
+    if short:
+        out.update(shortened_caps(data))
     env = data.get("env", {})
-    max_prompt = data.get("rollout", {}).get("max_prompt_tokens", 2048)
+    max_prompt = out.get("rollout.max_prompt_tokens", data.get("rollout", {}).get("max_prompt_tokens", 2048))
     for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():
         out[f"env.kwargs.{key}"] = value
     if retriever_url is not None:

@@ -66,12 +66,14 @@ def test_learner_gradient_repeats_bit_for_bit_while_another_process_competes_for
 
 
 def _short_cpu_run(run_dir) -> None:
-    """One step of the cpu preset's model, engine, lengths and learner with fewer prompts: a validation
-    before it and one after (the engine serving the updated weights), and a checkpoint."""
+    """One step of the cpu preset's model, engine and learner with fewer prompts and shorter responses (a
+    cut response is as deterministic as a finished one, and generation is most of a run's time): a
+    validation before it and one after (the engine serving the updated weights), and a checkpoint."""
     sets = {
         "steps": 1,
-        "rollout.prompts_per_step": 2,
-        "eval.n_problems": 2,
+        "rollout.prompts_per_step": 1,
+        "rollout.max_new_tokens": 16,
+        "eval.n_problems": 1,
         "log.checkpoint_every": 1,
         "log.run_dir": str(run_dir),
     }

