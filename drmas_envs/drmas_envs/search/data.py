@@ -21,6 +21,7 @@ from typing import Any
 from drmas_envs.data import DATA_DIR_ENV, DataError, RowErrors, find_local
 from drmas_envs.hub import HubSplit, locate
 from drmas_envs.provenance import TaskSet, file_provenance
+from drmas_envs.search.heldout import WorldKind, heldout_questions, world_keys
 from drmas_envs.search.world import generate_world
 from drmas_envs.tables import iter_rows
 
@@ -171,7 +172,12 @@ def _paper(name: str, data_dir: str | None, errors: RowErrors) -> TaskSet:
 
 
 def load_questions(
-    dataset: str | None = None, split: str | None = None, data_dir: str | None = None, bad_rows: str = "error"
+    dataset: str | None = None,
+    split: str | None = None,
+    data_dir: str | None = None,
+    bad_rows: str = "error",
+    world: WorldKind = "classic",
+    train_worlds: int = 4,
 ) -> TaskSet:
     """The question items of a dataset (cached), with their provenance.
 
@@ -179,11 +185,14 @@ def load_questions(
         dataset: None for the generated world; a JSONL/Parquet path; a known name (see `DEFAULT_SPLITS`)
             or one of the paper's sets (`PAPER_SETS`), looked up in `data_dir`, then $DRMAS_DATA_DIR,
             then the Hugging Face hub.
-        split: for the world "train" (default), "test" or "all"; for a FlashRAG name the file's split
-            (default: the split the paper evaluates on); ignored for a path and the paper's sets.
+        split: for the classic world "train" (default), "test" or "all"; for the held-out worlds also
+            "validation"; for a FlashRAG name the file's split (default: the split the paper evaluates on);
+            ignored for a path and the paper's sets.
         data_dir: a local data directory.
         bad_rows: `drmas_envs.data.BadRows`: a malformed row stops the load ("error") or is skipped, counted
             in the provenance's `skipped_rows` and `first_skipped` ("skip").
+        world: the generated world's kind (`drmas_envs.search.heldout.WorldKind`); only with `dataset=None`.
+        train_worlds: `world="held-out"`: how many worlds the train split draws from.
 
     Raises:
         DatasetNotFoundError: a known name is neither local nor on a reachable hub.
@@ -191,18 +200,37 @@ def load_questions(
 
     """
     where = None if data_dir is None else str(data_dir)
-    return _load(dataset, split, where, os.environ.get(DATA_DIR_ENV), bad_rows)
+    if world != "classic" and dataset not in WORLD_NAMES:
+        raise ValueError(f"world={world!r} is a generated world: it needs dataset=None, not {dataset!r}")
+    return _load(dataset, split, where, os.environ.get(DATA_DIR_ENV), bad_rows, world, train_worlds)
+
+
+def _world(split: str, world: WorldKind, train_worlds: int) -> TaskSet:
+    if world == "held-out":
+        keys = world_keys(split, train_worlds)
+        items = heldout_questions(split, train_worlds)
+        record = {"dataset": "world", "world": world, "split": split, "worlds": keys, "n": len(items)}
+        return TaskSet(items, {**record, "origin": "generated"})
+    if split not in ("train", "test", "all"):
+        hint = " (world='held-out' has a validation split)" if split == "validation" else ""
+        raise ValueError(f"the classic generated world has splits 'train', 'test' and 'all', not {split!r}{hint}")
+    items = [q for q in generate_world().questions if split == "all" or q["split"] == split]
+    return TaskSet(items, {"dataset": "world", "split": split, "n": len(items), "origin": "generated"})
 
 
 @functools.lru_cache(maxsize=32)
-def _load(dataset: str | None, split: str | None, data_dir: str | None, env_dir: str | None, bad_rows: str) -> TaskSet:
+def _load(
+    dataset: str | None,
+    split: str | None,
+    data_dir: str | None,
+    env_dir: str | None,
+    bad_rows: str,
+    world: WorldKind,
+    train_worlds: int,
+) -> TaskSet:
     errors = RowErrors(bad_rows)
     if dataset in WORLD_NAMES:
-        split = split or "train"
-        if split not in ("train", "test", "all"):
-            raise ValueError(f"the generated world has splits 'train', 'test' and 'all', not {split!r}")
-        items = [q for q in generate_world().questions if split == "all" or q["split"] == split]
-        return TaskSet(items, {"dataset": "world", "split": split, "n": len(items), "origin": "generated"})
+        return _world(split or "train", world, train_worlds)
     if dataset in PAPER_SETS:
         return _paper(dataset, data_dir, errors)
     if dataset in DEFAULT_SPLITS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,13 +22,14 @@ from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template
 from drmas_envs.provenance import TaskSet
 from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
+from drmas_envs.search.heldout import WorldKind, heldout_world
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
 from drmas_envs.search.workflows import OneAgentSearch, SearchWorkflow, ThreeAgentSearch, TwoAgentSearch
 from drmas_envs.search.world import generate_world
 from drmas_envs.workflow import PromptTemplate
 
-HOP_SOURCES = {1: "world-single-hop", 2: "world-multi-hop"}
-"""The generated world's question sources by hop count (`SearchConfig.hops`)."""
+HOP_COUNTS = (1, 2)
+"""The generated worlds' hop counts (`SearchConfig.hops`; each question's `hops`)."""
 
 WORKFLOWS: dict[int, type[SearchWorkflow]] = {1: OneAgentSearch, 2: TwoAgentSearch, 3: ThreeAgentSearch}
 
@@ -42,7 +43,8 @@ class SearchConfig:
     bamboogle); or one of the paper's sets: `nq_hotpotqa_train` (training), `search_test_sampled` (the
     reference's validation set, 30 per source), `search_test` (the full test sets); docs/paper_data.md."""
     split: str | None = None
-    """World: "train" (default), "test" or "all"; known names: the file's split (default: the paper's eval split)."""
+    """World: "train" (default), "test" or "all", and "validation" for `world="held-out"`; known names: the
+    file's split (default: the paper's eval split)."""
     data_dir: str | None = None
     """Local data directory for known names (then $DRMAS_DATA_DIR, then the Hugging Face hub)."""
     bad_rows: BadRows = "error"
@@ -90,7 +92,9 @@ class SearchConfig:
     must use the field. False: the Search agent sees the question and the search history only."""
     prompt_layout: str = "project"
     """The built-in prompts. "project": each role's instructions and a short worked example in the system message
-    (the examples give a small model its format: drmas_benchmarks.search_format_smollm2). "reference": the reference
+    (the examples give a small model its format: drmas_benchmarks.search_format_smollm2). "chain": the same, its
+    examples two-hop questions (search the named entity, then the one its passage names), phrased unlike any
+    question of the generated worlds; for `world="held-out"`. "reference": the reference
     code's layout in this project's words: a generic system message, and the question, history and role
     instructions in the user message, with no examples (the paper presets)."""
     prompts_file: str | None = None
@@ -105,6 +109,15 @@ class SearchConfig:
     hops: list[int] | None = None
     """The generated world only: keep questions of these hop counts (1: single-hop, 2: multi-hop), e.g. [1]
     to train on single-hop questions first; None: all. The paper trains on NQ + HotpotQA (None)."""
+    world: WorldKind = "classic"
+    """The generated world (dataset None). "classic": one world (seed 0), its questions split into train and
+    test, one wording per fact and per question kind. "held-out": training on `train_worlds` worlds, the
+    validation and test splits on worlds of their own whose names never occur in training, each fact in
+    several wordings among distractors, two passages per entity, confusable names, several question
+    phrasings, wordings held out for the held-out worlds, two-hop questions that never name the middle
+    entity (`drmas_envs.search.heldout`; sources per wording, see docs/search.md)."""
+    train_worlds: int = 4
+    """`world="held-out"`: how many worlds the train split draws its questions from."""
     max_query_chars: int = 512
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
@@ -129,14 +142,29 @@ class SearchConfig:
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
-        if self.hops is not None and (not self.hops or set(self.hops) - set(HOP_SOURCES)):
-            raise ValueError(f"hops must be a non-empty list of {sorted(HOP_SOURCES)}, not {self.hops!r}")
+        if self.hops is not None and (not self.hops or set(self.hops) - set(HOP_COUNTS)):
+            raise ValueError(f"hops must be a non-empty list of {list(HOP_COUNTS)}, not {self.hops!r}")
         if self.hops is not None and self.dataset not in WORLD_NAMES:
             raise ValueError(
                 f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts"
             )
+        self._check_world()
         if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0 or self.retries < 0:
             raise ValueError("max_steps and topk must be at least 1, history_steps and retries at least 0")
+
+    def _check_world(self) -> None:
+        if self.world not in ("classic", "held-out"):
+            raise ValueError(f"world must be 'classic' or 'held-out', not {self.world!r}")
+        if self.train_worlds < 1:
+            raise ValueError(f"train_worlds must be at least 1, not {self.train_worlds}")
+        if self.world == "held-out" and (
+            self.dataset not in WORLD_NAMES or self.corpus is not None or self.retriever.startswith("http")
+        ):
+            raise ValueError(
+                "world='held-out' generates its own questions and corpora: leave dataset and corpus unset and use "
+                f"an in-process retriever (bm25 or dense), not dataset={self.dataset!r}, corpus={self.corpus!r}, "
+                f"retriever={self.retriever!r}"
+            )
 
 
 @functools.lru_cache(maxsize=4)
@@ -144,8 +172,24 @@ def _world_retriever(kind: str, encoder: str) -> Retriever:
     return build_in_memory(list(generate_world().passages), kind, encoder=encoder)
 
 
-def resolve_retriever(cfg: SearchConfig) -> Retriever:
-    """The (cached) retriever the config asks for."""
+@functools.cache  # every world a process uses keeps its index: a factory looks one up per episode
+def heldout_retriever(key: str, kind: str = "bm25", encoder: str = "minilm") -> Retriever:
+    """The (cached) in-memory retriever over the passages of the held-out world `key` ("test-0", ...)."""
+    return build_in_memory(list(heldout_world(key).passages), kind, encoder=encoder)
+
+
+def world_retrievers(cfg: SearchConfig) -> Callable[[str], Retriever] | None:
+    """`world="held-out"`: world key -> the (cached) retriever over that world's passages; else None."""
+    if cfg.world != "held-out":
+        return None
+    kind, encoder = cfg.retriever, cfg.encoder
+    return lambda key: heldout_retriever(key, kind, encoder)  # positional: one cache entry per world and kind
+
+
+def resolve_retriever(cfg: SearchConfig) -> Retriever | None:
+    """The (cached) retriever the config asks for; None for the held-out worlds (one per world instead)."""
+    if cfg.world == "held-out":
+        return None
     if cfg.retriever.startswith(("http://", "https://")):
         return get_retriever(cfg.retriever, timeout=cfg.timeout, retries=cfg.retries)
     corpus = cfg.corpus
@@ -197,20 +241,21 @@ def _prompts(cfg: SearchConfig, n_agents: int, roles: tuple[str, ...]) -> dict[s
 
 def _with_hops(tasks: TaskSet, hops: list[int]) -> TaskSet:
     """The world's questions of the given hop counts, in their order, the provenance saying so."""
-    keep = {HOP_SOURCES[h] for h in hops}
-    items = [q for q in tasks if q["source"] in keep]
+    items = [q for q in tasks if q["hops"] in hops]
     return TaskSet(items, {**tasks.provenance, "hops": sorted(set(hops)), "n": len(items)})
 
 
 class _Factory:
     """Builds one workflow per episode with the env's retriever and settings."""
 
-    def __init__(self, cls: type[SearchWorkflow], **kwargs: Any):
-        self.cls, self.kwargs = cls, kwargs
+    def __init__(self, cls: type[SearchWorkflow], worlds: Callable[[str], Retriever] | None = None, **kwargs: Any):
+        self.cls, self.kwargs, self.worlds = cls, kwargs, worlds
         self.roles = cls.roles
         self.max_calls = 2 * kwargs["max_steps"] + 1  # 3 agents: a verdict and a search per step, then an answer
 
     def __call__(self, task: Mapping[str, Any], prompts: Mapping[str, PromptTemplate] | None = None) -> SearchWorkflow:
+        if self.worlds is not None:  # the held-out worlds: each question searches its own world's passages
+            return self.cls(task, prompts=prompts, **{**self.kwargs, "retriever": self.worlds(task["world"])})
         return self.cls(task, prompts=prompts, **self.kwargs)
 
 
@@ -224,11 +269,12 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
         raise TypeError(f"unknown search env option(s) {sorted(unknown)}; options: {sorted(valid)}")
     cfg = SearchConfig(**kwargs)
     cls = WORKFLOWS[n_agents]
-    tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir, cfg.bad_rows)
+    tasks = load_questions(cfg.dataset, cfg.split, cfg.data_dir, cfg.bad_rows, cfg.world, cfg.train_worlds)
     if cfg.hops is not None:
         tasks = _with_hops(tasks, cfg.hops)
     factory = _Factory(
         cls,
+        worlds=world_retrievers(cfg),
         retriever=resolve_retriever(cfg),
         topk=cfg.topk,
         max_steps=cfg.max_steps,

@@ -7,10 +7,11 @@ Every user template may use these fields (filled by the workflow's `context`):
 the last call ("" otherwise). Override any role's template with `make(..., prompts={role: PromptTemplate(...)})`
 or a file (`prompts_file`, `drmas_envs.prompt_files`).
 
-Two built-in layouts (`prompt_layout`): "project" gives each role its instructions and a short worked
-example in the system message; "reference" is the reference code's message layout, in this project's
-words: a generic system message, and the question, the search history and the role's instructions in
-the user message, with no examples.
+Three built-in layouts (`prompt_layout`): "project" gives each role its instructions and a short worked
+example in the system message; "chain" does the same with examples of two-hop questions (search the entity
+the question names, then the one its passage names), for `world="held-out"`; "reference" is the reference
+code's message layout, in this project's words: a generic system message, and the question, the search
+history and the role's instructions in the user message, with no examples.
 """
 
 from __future__ import annotations
@@ -101,6 +102,72 @@ SEARCHER = PromptTemplate(
     user="Question: {question}\n\nSearch history:\n{history}\n\nSearches left: {searches_left}.",
 )
 
+# The "chain" layout: worked examples for two-hop questions (search the named entity, read the entity the
+# question only describes, search it) whose questions are phrased unlike any question of the generated worlds
+# (tests/envs/test_search_prompts_chain.py checks both), so the examples never hand over a world's own wording.
+_CHAIN_INFO_1 = (
+    "<information>Doc 1(Title: Marie Curie) Marie Curie, a physicist, was born in Warsaw in 1867.</information>"
+)
+_CHAIN_INFO_2 = (
+    "<information>Doc 1(Title: Warsaw) Warsaw lies on the Vistula and is the capital of Poland.</information>"
+)
+_VIENNA_INFO = "<information>Doc 1(Title: Vienna) Vienna, the capital of Austria, stands on the Danube.</information>"
+_CHAIN_Q = "Marie Curie's home city is in which country?"
+_CHAIN_RULE = (
+    "Search one name at a time. The first query is the name of the person, place or organisation the question "
+    "names, copied from the question. When the question asks about someone or something it only describes (such "
+    "as the founder of a company, or the city where someone was born), find that name in the passage, then search it."
+)
+_CHAIN_QUERIES = (
+    f"Question: {_CHAIN_Q} History: (no searches yet)\nQuery: <search>Marie Curie</search>\n"
+    f"Question: {_CHAIN_Q} History: <search>Marie Curie</search> {_CHAIN_INFO_1}\nQuery: <search>Warsaw</search>\n"
+    "Question: Which river does Vienna stand on? History: (no searches yet)\nQuery: <search>Vienna</search>"
+)
+_CHAIN_BOTH = f"<search>Marie Curie</search> {_CHAIN_INFO_1} <search>Warsaw</search> {_CHAIN_INFO_2}"
+_CHAIN_ANSWERS = (
+    f"Question: {_CHAIN_Q} History: {_CHAIN_BOTH}\nAnswer: <answer>Poland</answer>\n"
+    f"Question: Which river does Vienna stand on? History: <search>Vienna</search> {_VIENNA_INFO}\n"
+    "Answer: <answer>Danube</answer>\n"
+    f"Question: In what year was Marie Curie born? History: <search>Marie Curie</search> {_CHAIN_INFO_1}\n"
+    "Answer: <answer>1867</answer>"
+)
+
+CHAIN_VERIFIER = PromptTemplate(
+    system=_TEAM + "You are the Verifier. Judge whether the information gathered so far answers the question. "
+    "Think briefly, then end with <verify>yes</verify> if it does, or <verify>no</verify> if another search is "
+    f"needed.\n\nExamples:\nQuestion: {_CHAIN_Q} History: <search>Marie Curie</search> {_CHAIN_INFO_1}\n"
+    "Review: Doc 1 names her city, Warsaw, but not its country. <verify>no</verify>\n"
+    f"Question: {_CHAIN_Q} History: {_CHAIN_BOTH}\nReview: Warsaw is in Poland. <verify>yes</verify>",
+    user=VERIFIER.user,
+)
+CHAIN_SEARCH = PromptTemplate(
+    system=_TEAM + "You are the Search agent. Write one search query that finds the information still missing, "
+    f"inside <search>...</search>. {_CHAIN_RULE}\n\nExamples:\n{_CHAIN_QUERIES}",
+    user=SEARCH.user,
+)
+CHAIN_ANSWER = PromptTemplate(
+    system=_TEAM + "You are the Answer agent. Answer the question from the information gathered, with a short phrase "
+    "copied from the documents (a name, a place, a year or a number), inside <answer>...</answer>.\n\n"
+    f"Examples:\n{_CHAIN_ANSWERS}",
+    user=ANSWER.user,
+)
+CHAIN_SEARCH_OR_DONE = PromptTemplate(
+    system=_TEAM + "You are the Search agent. Each turn, either write one search query inside <search>...</search>, "
+    f"or, when the information gathered answers the question, hand over to the Answer agent by writing <done>. "
+    f"{_CHAIN_RULE}\n\nExamples:\n{_CHAIN_QUERIES.replace('Query:', 'Reply:')}\n"
+    f"Question: {_CHAIN_Q} History: {_CHAIN_BOTH}\nReply: <done>",
+    user=SEARCH_OR_DONE.user,
+)
+CHAIN_SEARCHER = PromptTemplate(
+    system="Answer the question. You may use a Wikipedia-style search engine: write a query inside "
+    "<search>...</search> and the results come back as <information>Doc 1(Title: ...) ...</information>. "
+    f"{_CHAIN_RULE} Each turn, either search once or give the final answer, a short phrase copied from the "
+    "documents, inside <answer>...</answer>. When no searches are left, you must answer.\n\n"
+    f"Examples:\n{_CHAIN_QUERIES.replace('Query:', 'Reply:')}\n"
+    f"Question: {_CHAIN_Q} History: {_CHAIN_BOTH}\nReply: <answer>Poland</answer>",
+    user=SEARCHER.user,
+)
+
 THINK_RULE = "\n\nFormat: first reason step by step inside <think>...</think> (exactly once), then write your reply."
 """Added to the Search and Answer prompts when the env requires a think block (`require_think`)."""
 
@@ -172,6 +239,11 @@ REF_SEARCHER = PromptTemplate(
 
 LAYOUTS = {
     "project": {3: THREE_AGENT, 2: TWO_AGENT, 1: ONE_AGENT},
+    "chain": {
+        3: {"verifier": CHAIN_VERIFIER, "search": CHAIN_SEARCH, "answer": CHAIN_ANSWER},
+        2: {"search": CHAIN_SEARCH_OR_DONE, "answer": CHAIN_ANSWER},
+        1: {"searcher": CHAIN_SEARCHER},
+    },
     "reference": {
         3: {"verifier": REF_VERIFIER, "search": REF_SEARCH, "answer": REF_ANSWER},
         2: {"search": REF_SEARCH_OR_DONE, "answer": REF_ANSWER},

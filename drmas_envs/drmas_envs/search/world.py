@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-_SYLLABLES = (
+SYLLABLES = (
     "ka ra lo mi ven dor tal ne sha bri gan mor li the ush val ke do ran sel fa zu or pen wi ta "
     "lan ric el gor ha ber nim os tu quen dra fel ir mo sa len vik ash tor"
 ).split()
@@ -27,12 +28,14 @@ class World:
     Attributes:
         passages: (id, title, text) records.
         questions: items with `id`, `question`, `golden_answers`, `source` ("world-single-hop" or
-            "world-multi-hop"), `supporting_titles` and `split` ("train" or "test").
+            "world-multi-hop"), `supporting_titles`, `split` ("train" or "test") and `hops` (1 or 2).
 
     """
 
     passages: tuple[tuple[str, str, str], ...]
     questions: tuple[dict, ...]
+    entities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Answer type -> the world's names of that type (the held-out worlds fill it; `heldout.ANSWER_TYPES`)."""
 
 
 class _Names:
@@ -41,7 +44,7 @@ class _Names:
 
     def __call__(self, syllables: int) -> str:
         while True:
-            name = "".join(self.rng.choice(_SYLLABLES) for _ in range(syllables)).capitalize()
+            name = "".join(self.rng.choice(SYLLABLES) for _ in range(syllables)).capitalize()
             if name not in self.used and len(name) > 3:
                 self.used.add(name)
                 return name
@@ -152,6 +155,7 @@ def generate_world(
             "source": f"world-{kind}-hop",
             "supporting_titles": list(titles),
             "split": "test" if i % 5 == 0 else "train",
+            "hops": 2 if kind == "multi" else 1,
         }
         for i, (q, a, kind, titles) in enumerate(raw)
     )
