@@ -42,7 +42,7 @@ class RowErrors:
     KEEP = 5
     """Skipped rows whose error is kept (file and line) for the log and the provenance."""
 
-    def __init__(self, mode: str = "error"):
+    def __init__(self, mode: BadRows = "error"):
         if mode not in ("error", "skip"):
             raise ValueError(f"bad_rows must be 'error' or 'skip', got {mode!r}")
         self.mode, self.count, self.first = mode, 0, []

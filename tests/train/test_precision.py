@@ -85,8 +85,6 @@ def test_resolve_compute_dtype():
     assert resolve_compute_dtype("auto", device_type="cpu", weights=torch.float32) is (
         torch.bfloat16 if native else None
     )
-    with pytest.raises(ValueError, match="compute_dtype"):
-        resolve_compute_dtype("float16", device_type="cpu", weights=torch.float32)
 
 
 def test_compute_dtype_is_a_checked_config_field():

@@ -7,6 +7,8 @@ the scans are capped, so a hostile output costs milliseconds, not minutes.
 from __future__ import annotations
 
 import re
+import typing
+from typing import Literal
 
 from drmas_envs.tags import reference_tag_view
 
@@ -25,7 +27,9 @@ _LAYOUT = re.compile(
 _PLACEHOLDERS = frozenset({"", "answer", "finalanswer", "youranswer", "answerhere", "youranswerhere", "ldots", "dots"})
 _PLACEHOLDER_COMMANDS = re.compile(r"\\(?:ldots|dots|cdots|vdots|square|blacksquare|boxed|fbox|placeholder)")
 
-VERDICTS = ("approve", "reject")
+Verdict = Literal["approve", "reject"]
+"""A math Verifier's verdicts (`missing_verdict` counts as one)."""
+VERDICTS: tuple[Verdict, ...] = typing.get_args(Verdict)
 # A verdict tag holds a short word; bounding it keeps the scan linear on 100 kB of "<verify>".
 _VERDICT_TAG = re.compile(r"<verify>\s*([^<]{0,40}?)\s*</verify>", re.IGNORECASE)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DataError, DatasetNotFoundError, RowErrors
+from drmas_envs.data import BadRows, DataError, DatasetNotFoundError, RowErrors
 from drmas_envs.hub import locate
 from drmas_envs.math.answers import last_boxed
 from drmas_envs.math.known import KNOWN, MIXES, HubSource, KnownDataset, Member
@@ -128,7 +128,7 @@ def normalise_item(item: Mapping[str, Any], where: str, source: str, index: int,
 
 @functools.lru_cache(maxsize=64)
 def _load_file(
-    path: str, size: int, mtime_ns: int, source: str, hub: HubSource | None, bad_rows: str
+    path: str, size: int, mtime_ns: int, source: str, hub: HubSource | None, bad_rows: BadRows
 ) -> tuple[tuple[Task, ...], dict[str, Any]]:
     tasks, errors = [], RowErrors(bad_rows)
     for i, (where, item) in enumerate(iter_rows(path, on_error=errors)):
@@ -151,7 +151,7 @@ def _load_file(
 
 
 def _file_tasks(
-    path: Path, source: str | None = None, hub: HubSource | None = None, bad_rows: str = "error"
+    path: Path, source: str | None = None, hub: HubSource | None = None, bad_rows: BadRows = "error"
 ) -> tuple[tuple[Task, ...], dict[str, Any]]:
     """A file's tasks and the record of the rows it skipped (empty unless `bad_rows` is "skip")."""
     p = path.expanduser().resolve()
@@ -164,7 +164,7 @@ def _file_tasks(
     return tasks, skipped
 
 
-def load_jsonl_tasks(path: str | os.PathLike, bad_rows: str = "error") -> TaskSet:
+def load_jsonl_tasks(path: str | os.PathLike, bad_rows: BadRows = "error") -> TaskSet:
     """The tasks of a JSONL or Parquet file (fields `problem`, `answer`, optional `id`, `source`, or the
     reference's preprocessed layout: `PATH_FIELDS`), cached; `bad_rows` as `drmas_envs.data.BadRows`.
 
@@ -181,7 +181,7 @@ def load_jsonl_tasks(path: str | os.PathLike, bad_rows: str = "error") -> TaskSe
 
 
 @functools.lru_cache(maxsize=64)
-def _path_taskset(path: str, size: int, mtime_ns: int, bad_rows: str) -> TaskSet:
+def _path_taskset(path: str, size: int, mtime_ns: int, bad_rows: BadRows) -> TaskSet:
     tasks, skipped = _file_tasks(Path(path), bad_rows=bad_rows)
     record = {"dataset": path, "n": len(tasks), "origin": "local", "files": [file_provenance(path)], **skipped}
     return TaskSet(tasks, record)
@@ -195,7 +195,7 @@ def looks_like_path(dataset: str) -> bool:
 
 
 def load_tasks(
-    dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: str = "error"
+    dataset: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: BadRows = "error"
 ) -> TaskSet:
     """Resolve `dataset` (a file path, a known name or a mix) and `split` to its tasks.
 
@@ -258,7 +258,7 @@ def _fields(hub: HubSource | None) -> HubSource:
 
 
 def load_mix(
-    name: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: str = "error"
+    name: str, split: str | None = None, data_dir: str | os.PathLike | None = None, bad_rows: BadRows = "error"
 ) -> TaskSet:
     """One of `MIXES`: its members resolved like known names, each item tagged with its member's `source`.
 

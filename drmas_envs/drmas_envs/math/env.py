@@ -14,20 +14,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drmas_envs.choices import VerdictParsing, check_choices
 from drmas_envs.data import BadRows
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.math import prompts as P
-from drmas_envs.math.answers import VERDICTS
+from drmas_envs.math.answers import Verdict
 from drmas_envs.math.datasets import load_tasks
 from drmas_envs.math.generated import generate
 from drmas_envs.math.grading import DEFAULT_TIMEOUT_S, Grader, default_grader
-from drmas_envs.math.workflow import MathRules, MathWorkflowFactory
+from drmas_envs.math.prompts import MathLayout
+from drmas_envs.math.workflow import MathRules, MathWorkflowFactory, VerifierMode
 from drmas_envs.prompt_files import load_prompts_file
 from drmas_envs.provenance import TaskSet
 from drmas_envs.workflow import PromptTemplate
-
-VERIFIER_MODES = ("judge", "recompute")
-VERDICT_PARSINGS = ("strict", "reference")
 
 
 @dataclass
@@ -57,7 +56,7 @@ class MathEnvConfig:
     """Generated set only: which problems are generated (the order per episode comes from `reset(seed)`)."""
     max_loops: int = 2
     """Most Solver attempts (2 = Solver, Verifier, Solver, as in the paper); `math-1agent` ignores it."""
-    missing_verdict: str = "approve"
+    missing_verdict: Verdict = "approve"
     """What a missing or malformed verdict counts as ("approve", as in the paper's code, or "reject");
     the call is malformed and penalised either way."""
     verdict_first: bool = False
@@ -71,7 +70,7 @@ class MathEnvConfig:
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
     the retry is right too); a small judging Verifier can settle on one verdict either way
     (docs/default_run.md). The `cpu` preset sets 1.0."""
-    verifier_mode: str = "judge"
+    verifier_mode: VerifierMode = "judge"
     """How the Verifier decides. "judge" (the paper): it reads the attempt and writes a verdict tag.
     "recompute": it solves the problem itself without seeing the attempt (`prompts.VERIFIER_RECOMPUTE`),
     and the attempt is approved iff the two answers are equivalent: checking by solving again, for
@@ -82,7 +81,7 @@ class MathEnvConfig:
     entry is then None)."""
     format_penalty: float | Mapping[str, float] = 0.1
     """Subtracted from an agent's reward per malformed call (the paper uses 0.1 for math)."""
-    verdict_parsing: str = "strict"
+    verdict_parsing: VerdictParsing = "strict"
     """How a judging Verifier's reply is read. "strict": the last `<verify>` tag counts, and a reply whose
     tags disagree or hold another word is malformed (penalised). "reference" (the reference code's
     `update_approved_vector`): a reply holding `<verify>` and `</verify>` is well-formed, and the exact tag
@@ -92,7 +91,7 @@ class MathEnvConfig:
     """Each earlier output shown in a prompt is clipped to this many characters (the first quarter and the
     rest from the tail kept); 0: never clipped, as the reference, which shows teammates' outputs whole (a
     Solver reply can run 4,096 tokens: set `rollout.max_prompt_tokens` to hold them; the paper preset: 8192)."""
-    prompt_layout: str = "project"
+    prompt_layout: MathLayout = "project"
     """The built-in prompts. "project": each role's instructions and a worked example in the system message
     (the examples lift a small model's format: docs/math.md). "reference": the reference code's layout in this
     project's words: a generic system message, and the problem, the team's work and the role's instructions in
@@ -121,20 +120,11 @@ class MathEnvConfig:
             raise ValueError(f"n_agents must be 1 or 2, got {self.n_agents}")
         if self.max_loops < 1:
             raise ValueError(f"max_loops must be at least 1, got {self.max_loops}")
-        if self.bad_rows not in ("error", "skip"):
-            raise ValueError(f"bad_rows must be 'error' or 'skip', got {self.bad_rows!r}")
-        if self.missing_verdict not in VERDICTS:
-            raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {self.missing_verdict!r}")
-        if self.verifier_mode not in VERIFIER_MODES:
-            raise ValueError(f"verifier_mode must be one of {VERIFIER_MODES}, got {self.verifier_mode!r}")
+        check_choices(self)
         if self.verifier_mode == "recompute" and self.verdict_first:
             raise ValueError(
                 "verdict_first applies to verifier_mode 'judge' (a recomputing Verifier writes no verdict)"
             )
-        if self.verdict_parsing not in VERDICT_PARSINGS:
-            raise ValueError(f"verdict_parsing must be one of {VERDICT_PARSINGS}, got {self.verdict_parsing!r}")
-        if self.prompt_layout not in P.LAYOUTS:
-            raise ValueError(f"prompt_layout must be one of {tuple(P.LAYOUTS)}, got {self.prompt_layout!r}")
         if self.verdict_reward < 0:
             raise ValueError(f"verdict_reward must be >= 0, got {self.verdict_reward}")
         if self.grade_max_answer_chars < 0:

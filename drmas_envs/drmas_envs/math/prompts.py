@@ -20,6 +20,8 @@ the user message, with no worked examples. `prompts_file` loads any other set (`
 
 from __future__ import annotations
 
+from typing import Literal
+
 from drmas_envs.workflow import PromptTemplate
 
 # The worked examples in the system prompts are there for small models: SmolLM2-135M never boxed its
@@ -110,7 +112,10 @@ REFERENCE_SOLO = PromptTemplate(
 )
 """The "reference" layout's Solver working alone (`math-1agent`)."""
 
-LAYOUTS = {
+MathLayout = Literal["project", "reference"]
+"""The built-in prompt sets' names (`prompt_layout`): the keys of `LAYOUTS`."""
+
+LAYOUTS: dict[MathLayout, dict[str, PromptTemplate]] = {
     "project": DEFAULT_PROMPTS,
     "reference": {"solver": REFERENCE_SOLVER, "verifier": REFERENCE_VERIFIER},
 }

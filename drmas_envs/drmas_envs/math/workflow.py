@@ -57,12 +57,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
+from drmas_envs.choices import VerdictParsing
 from drmas_envs.math import prompts as P
-from drmas_envs.math.answers import clip_middle, extract_answer, extract_verdict, last_number, reference_verdict
+from drmas_envs.math.answers import (
+    Verdict,
+    clip_middle,
+    extract_answer,
+    extract_verdict,
+    last_number,
+    reference_verdict,
+)
 from drmas_envs.math.grading import OUTCOMES, outcome_of
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
+
+VerifierMode = Literal["judge", "recompute"]
+"""How the math Verifier checks an attempt (`verifier_mode`)."""
 
 Grade = Callable[[str | None, str], bool]
 
@@ -78,7 +89,7 @@ class MathRules:
     grader that cannot tell (a plain callable)."""
     max_loops: int = 2
     """Most Solver attempts; 1 for the Solver alone."""
-    missing_verdict: str = "approve"
+    missing_verdict: Verdict = "approve"
     """What a missing or malformed verdict counts as."""
     max_context_chars: int = 4000
     """Each earlier output shown in a prompt is clipped to this many characters (0: not clipped)."""
@@ -86,9 +97,9 @@ class MathRules:
     """Added to a Verifier call's reward when its verdict is right."""
     review_malformed: bool = True
     """Show a malformed attempt to the Verifier."""
-    verifier_mode: str = "judge"
+    verifier_mode: VerifierMode = "judge"
     """"judge" (a verdict tag) or "recompute" (the Verifier solves the problem; answers compared)."""
-    verdict_parsing: str = "strict"
+    verdict_parsing: VerdictParsing = "strict"
     """"strict" (the last tag counts; disagreeing tags are malformed) or "reference" (tags present is
     well-formed; an approving tag anywhere wins)."""
 

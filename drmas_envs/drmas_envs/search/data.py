@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.data import DATA_DIR_ENV, DataError, RowErrors, find_local
+from drmas_envs.data import DATA_DIR_ENV, BadRows, DataError, RowErrors, find_local
 from drmas_envs.hub import HubSplit, locate
 from drmas_envs.provenance import TaskSet, file_provenance
 from drmas_envs.search.heldout import WorldKind, heldout_questions, world_keys
@@ -175,7 +175,7 @@ def load_questions(
     dataset: str | None = None,
     split: str | None = None,
     data_dir: str | None = None,
-    bad_rows: str = "error",
+    bad_rows: BadRows = "error",
     world: WorldKind = "classic",
     train_worlds: int = 4,
 ) -> TaskSet:
@@ -224,7 +224,7 @@ def _load(
     split: str | None,
     data_dir: str | None,
     env_dir: str | None,
-    bad_rows: str,
+    bad_rows: BadRows,
     world: WorldKind,
     train_worlds: int,
 ) -> TaskSet:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from drmas_envs.choices import VerdictParsing, check_choices
 from drmas_envs.data import BadRows
 from drmas_envs.env import WorkflowEnv
 from drmas_envs.prompt_files import PromptFileError, load_prompts_file, template_fields
@@ -23,8 +24,16 @@ from drmas_envs.provenance import TaskSet
 from drmas_envs.search import prompts as search_prompts
 from drmas_envs.search.data import WORLD_NAMES, default_corpus, load_questions
 from drmas_envs.search.heldout import WorldKind, heldout_world
+from drmas_envs.search.prompts import SearchLayout
 from drmas_envs.search.retrievers import Retriever, build_in_memory, get_retriever
-from drmas_envs.search.workflows import OneAgentSearch, SearchWorkflow, ThreeAgentSearch, TwoAgentSearch
+from drmas_envs.search.workflows import (
+    MalformedAnswer,
+    MalformedVerdict,
+    OneAgentSearch,
+    SearchWorkflow,
+    ThreeAgentSearch,
+    TwoAgentSearch,
+)
 from drmas_envs.search.world import generate_world
 from drmas_envs.workflow import PromptTemplate
 
@@ -67,7 +76,7 @@ class SearchConfig:
     """How many of the most recent searches every prompt shows."""
     format_penalty: float | Mapping[str, float] = 0.01
     """Subtracted from an agent's reward per malformed call (the paper uses 0.01 for search)."""
-    malformed_verdict: str = "no"
+    malformed_verdict: MalformedVerdict = "no"
     """What a malformed Verifier verdict counts as: "no" (search again) or "yes" (answer now; the reference
     treats any verdict that is not <verify>no</verify> as yes). The call is penalised either way."""
     verify_last_step: bool = False
@@ -77,12 +86,12 @@ class SearchConfig:
     """The reference's format check: a Search or Answer call (one agent: every call) needs exactly one
     <think>...</think>, else it is malformed and penalised, its query or answer still used; their prompts
     then ask for it. False: only the action tag is checked."""
-    verdict_parsing: str = "strict"
+    verdict_parsing: VerdictParsing = "strict"
     """How a Verifier reply is read. "strict": the last `<verify>` tag, which must say yes or no, else the call is
     malformed. "reference" (the reference's `get_verification_vector`): a reply holding `<verify>` and `</verify>`
     is well-formed, `<verify>yes</verify>` anywhere (any case) means yes even beside `<verify>no</verify>`, and a
     reply with neither counts as `malformed_verdict`. The paper presets use "reference"."""
-    malformed_answer: str = "end"
+    malformed_answer: MalformedAnswer = "end"
     """What an Answer call without an `<answer>` tag does (2 and 3 agents). "end": the episode ends unanswered.
     "continue" (the reference, whose env only ends on an answer tag): the call uses up its step and the next step
     begins, the Verifier running again; at the last step it ends unanswered. Penalised either way."""
@@ -90,7 +99,7 @@ class SearchConfig:
     """3 agents: the Search agent's prompt shows the Verifier's whole reply at this step (`{verifier_output}`), as
     the reference's team context does; the built-in prompts gain the section, and a Search template of your own
     must use the field. False: the Search agent sees the question and the search history only."""
-    prompt_layout: str = "project"
+    prompt_layout: SearchLayout = "project"
     """The built-in prompts. "project": each role's instructions and a short worked example in the system message
     (the examples give a small model its format: drmas_benchmarks.search_format_smollm2). "chain": the same, its
     examples two-hop questions (search the named entity, then the one its passage names), phrased unlike any
@@ -132,16 +141,7 @@ class SearchConfig:
     """None or "ansi"."""
 
     def __post_init__(self) -> None:
-        if self.malformed_verdict not in ("yes", "no"):
-            raise ValueError(f"malformed_verdict must be 'yes' or 'no', not {self.malformed_verdict!r}")
-        for name, allowed in (
-            ("verdict_parsing", ("strict", "reference")),
-            ("malformed_answer", ("end", "continue")),
-            ("prompt_layout", tuple(search_prompts.LAYOUTS)),
-            ("bad_rows", ("error", "skip")),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        check_choices(self)
         if self.hops is not None and (not self.hops or set(self.hops) - set(HOP_COUNTS)):
             raise ValueError(f"hops must be a non-empty list of {list(HOP_COUNTS)}, not {self.hops!r}")
         if self.hops is not None and self.dataset not in WORLD_NAMES:
@@ -153,8 +153,6 @@ class SearchConfig:
             raise ValueError("max_steps and topk must be at least 1, history_steps and retries at least 0")
 
     def _check_world(self) -> None:
-        if self.world not in ("classic", "held-out"):
-            raise ValueError(f"world must be 'classic' or 'held-out', not {self.world!r}")
         if self.train_worlds < 1:
             raise ValueError(f"train_worlds must be at least 1, not {self.train_worlds}")
         if self.world == "held-out" and (

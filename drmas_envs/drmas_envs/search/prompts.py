@@ -16,6 +16,8 @@ history and the role's instructions in the user message, with no examples.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from drmas_envs.workflow import PromptTemplate
 
 _TEAM = (
@@ -237,7 +239,10 @@ REF_SEARCHER = PromptTemplate(
     "enough, give the final answer, a short phrase, inside <answer>...</answer>.",
 )
 
-LAYOUTS = {
+SearchLayout = Literal["project", "chain", "reference"]
+"""The built-in prompt sets' names (`prompt_layout`): the keys of `LAYOUTS`."""
+
+LAYOUTS: dict[SearchLayout, dict[int, dict[str, PromptTemplate]]] = {
     "project": {3: THREE_AGENT, 2: TWO_AGENT, 1: ONE_AGENT},
     "chain": {
         3: {"verifier": CHAIN_VERIFIER, "search": CHAIN_SEARCH, "answer": CHAIN_ANSWER},

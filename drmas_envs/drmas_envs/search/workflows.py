@@ -36,12 +36,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
+from drmas_envs.choices import VerdictParsing
 from drmas_envs.search import parsing, prompts
 from drmas_envs.search.metrics import contains_answer, exact_match, f1_score
 from drmas_envs.search.retrievers.base import Passage, Retriever
 from drmas_envs.workflow import Parsed, PromptTemplate, Score, Workflow
+
+MalformedVerdict = Literal["yes", "no"]
+"""What a Verifier reply without a readable verdict counts as (`SearchConfig.malformed_verdict`)."""
+MalformedAnswer = Literal["end", "continue"]
+"""What an Answer call without an `<answer>` tag does (`SearchConfig.malformed_answer`)."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +101,11 @@ class SearchWorkflow(Workflow):
         max_steps: int = 4,
         history_steps: int = 3,
         max_query_chars: int = 512,
-        malformed_verdict: str = "no",
+        malformed_verdict: MalformedVerdict = "no",
         verify_last_step: bool = False,
         require_think: bool = False,
-        malformed_answer: str = "end",
-        verdict_parsing: str = "strict",
+        malformed_answer: MalformedAnswer = "end",
+        verdict_parsing: VerdictParsing = "strict",
     ):
         super().__init__(task, prompts=prompts)
         self.retriever = retriever

@@ -376,10 +376,10 @@ def advantage_stats(
     group_ids: Any,
     agent_ids: Any,
     episode_ids: Any,
-    estimator: str = "drmas",
+    estimator: Estimator = "drmas",
     norm_by_std: bool = True,
     advantages: Any = None,
-    global_estimator: str = "pooled",
+    global_estimator: Estimator = "pooled",
 ) -> dict[str, float]:
     """Per-agent advantage statistics for logging, under the estimator in use and a global one.
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from drmas_train.algorithm.advantages import ESTIMATORS, as_column
+from drmas_train.config import Estimator
 
 __all__ = ["GroupWarnings", "group_stats"]
 
@@ -53,7 +54,7 @@ def group_stats(
     group_ids: Any,
     agent_ids: Any,
     episode_ids: Any,
-    estimator: str = "drmas",
+    estimator: Estimator = "drmas",
 ) -> dict[str, float]:
     """Per-agent shares of calls without a learning signal, and the sizes of their baseline keys.
 
@@ -113,7 +114,7 @@ class GroupWarnings:
 
     KINDS = ("singleton_share", "zero_var_share")
 
-    def __init__(self, threshold: float | None, *, estimator: str, group_size: int):
+    def __init__(self, threshold: float | None, *, estimator: Estimator, group_size: int):
         if threshold is not None and not 0.0 < threshold <= 1.0:
             raise ValueError(f"algo.group_warn_share must be in (0, 1] or None, got {threshold!r}")
         self.threshold = threshold

@@ -38,6 +38,9 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        given = [a for a in args if a is not type(None)]
+        if len(given) == 1:  # `X | None`: the error is X's
+            return _convert(given[0], value, where)
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:

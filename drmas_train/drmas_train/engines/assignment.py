@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from drmas_train.config import ModelsConfig
+from drmas_train.config import BackendName, Device, ModelDtype, ModelsConfig
 from drmas_train.engines import resolve_backend
 from drmas_train.engines.base import Backend
 from drmas_train.engines.loading import empty_model
@@ -71,7 +71,7 @@ class Policy:
         return {n: p.detach() for n, p in self.trainable()}
 
 
-def pick_device(device: str) -> torch.device:
+def pick_device(device: Device) -> torch.device:
     """The torch device; "auto" means cuda when available, else cpu."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -91,7 +91,7 @@ def resolve_engine(cfg: ModelsConfig, *, local: bool = True) -> None:
 
 
 def load_model(
-    name: str, *, dtype: str, device: torch.device, empty: bool = False
+    name: str, *, dtype: ModelDtype, device: torch.device, empty: bool = False
 ) -> tuple[torch.nn.Module, Any, Path]:
     """Resolve `name` to a folder and load (model, tokenizer, folder).
 
@@ -114,7 +114,7 @@ def load_model(
 
 
 def make_backend(
-    kind: str,
+    kind: BackendName,
     module: torch.nn.Module,
     tokenizer: Any,
     path: Path,
@@ -139,18 +139,16 @@ def make_backend(
         from drmas_train.engines.transformers_backend import TransformersBackend
 
         return TransformersBackend(module, tokenizer, max_batch_size=cfg.max_gen_batch)
-    if kind == "vllm":
-        from drmas_train.engines.vllm_backend import LoraSlots, VLLMBackend
+    from drmas_train.engines.vllm_backend import LoraSlots, VLLMBackend  # vllm: auto was resolved above
 
-        if max_model_len is None:
-            raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")
-        gen_dtype = resolve_gen_dtype(
-            cfg.gen_dtype, dtype=cfg.dtype, backend=kind, device_type=pick_device(cfg.device).type
-        )
-        lora = None if lora_rank is None else LoraSlots(max_rank=max(lora_rank, 8))
-        engine = dataclasses.replace(cfg.engine, max_model_len=max_model_len)
-        return VLLMBackend(path, engine, dtype=gen_dtype or cfg.dtype, lora=lora, tokenizer=tokenizer)
-    raise ValueError(f"unknown backend {kind!r}; choose auto, transformers or vllm")
+    if max_model_len is None:
+        raise ValueError(f"{str(path)!r} declares no max_position_embeddings: set models.engine.max_model_len")
+    gen_dtype = resolve_gen_dtype(
+        cfg.gen_dtype, dtype=cfg.dtype, backend=kind, device_type=pick_device(cfg.device).type
+    )
+    lora = None if lora_rank is None else LoraSlots(max_rank=max(lora_rank, 8))
+    engine = dataclasses.replace(cfg.engine, max_model_len=max_model_len)
+    return VLLMBackend(path, engine, dtype=gen_dtype or cfg.dtype, lora=lora, tokenizer=tokenizer)
 
 
 def _add_lora(
@@ -210,14 +208,12 @@ def build_policies(
             backend = make_backend(cfg.backend, model, tok, path, cfg)
             policies[agent] = Policy(agent, model, tok, backend, [agent], path=path)
         return policies
-    if cfg.assignment == "lora":
-        model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device)
-        torch.manual_seed(seed)
-        peft_model = _add_lora(model, list(agents), cfg, lora_ranks or {})
-        max_rank = max([cfg.lora_rank, *(lora_ranks or {}).values()])
-        backend = make_backend(cfg.backend, peft_model, tok, path, cfg, lora_rank=max_rank)
-        return {a: Policy(a, peft_model, tok, backend, [a], adapter=a, path=path) for a in agents}
-    raise ValueError(f"unknown assignment {cfg.assignment!r}")
+    model, tok, path = load_model(cfg.name, dtype=cfg.dtype, device=device)  # lora
+    torch.manual_seed(seed)
+    peft_model = _add_lora(model, list(agents), cfg, lora_ranks or {})
+    max_rank = max([cfg.lora_rank, *(lora_ranks or {}).values()])
+    backend = make_backend(cfg.backend, peft_model, tok, path, cfg, lora_rank=max_rank)
+    return {a: Policy(a, peft_model, tok, backend, [a], adapter=a, path=path) for a in agents}
 
 
 def agent_to_policy(policies: dict[str, Policy]) -> dict[str, Policy]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from drmas_train.config import ModelDtype
+
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -42,7 +44,7 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original
 
 
-def empty_model(path: str | Path, *, dtype: str) -> torch.nn.Module:
+def empty_model(path: str | Path, *, dtype: ModelDtype) -> torch.nn.Module:
     """The causal LM of folder `path` in `dtype` with its parameters on the meta device (see the module doc).
 
     Torch's random state is left as it was (building on meta draws nothing that a whole load would not).

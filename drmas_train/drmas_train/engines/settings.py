@@ -12,6 +12,8 @@ import logging
 import os
 from pathlib import Path
 
+from drmas_train.config import BackendName, GenDtype, ModelDtype
+
 log = logging.getLogger(__name__)
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -69,7 +71,9 @@ def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str]:
     return set(line.partition(":")[2].split())
 
 
-def pick_gen_dtype(requested: str | None, *, dtype: str, backend: str, native_bf16: bool) -> str | None:
+def pick_gen_dtype(
+    requested: GenDtype | None, *, dtype: ModelDtype, backend: BackendName, native_bf16: bool
+) -> ModelDtype | None:
     """The generation engine's dtype for a configured `models.gen_dtype` (pure: the hardware is an argument).
 
     Args:
@@ -100,7 +104,9 @@ def native_bf16(device_type: str) -> tuple[bool, str]:
     return bool(found), f"CPU with {', '.join(found)}" if found else "CPU without AVX512_BF16 / AMX"
 
 
-def resolve_gen_dtype(requested: str | None, *, dtype: str, backend: str, device_type: str) -> str | None:
+def resolve_gen_dtype(
+    requested: GenDtype | None, *, dtype: ModelDtype, backend: BackendName, device_type: str
+) -> ModelDtype | None:
     """`pick_gen_dtype` on this machine: a CUDA GPU with bf16 support, or a CPU with AVX512_BF16 / AMX.
 
     On such a CPU bf16 sampling is faster than fp32 (benchmarks/results/validation_cost.md); on a CPU

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_train.config import EngineConfig
+from drmas_train.config import EngineConfig, ModelDtype
 from drmas_train.engines.base import Generation, SamplingParams, Seeds, row_seeds
 from drmas_train.engines.nucleus import filter_top_p
 from drmas_train.engines.sleep import VLLMSleep
@@ -137,7 +137,7 @@ class VLLMBackend(VLLMSleep):
         model: str | os.PathLike,
         engine: EngineConfig | None = None,
         *,
-        dtype: str = "float32",
+        dtype: ModelDtype = "float32",
         seed: int = 0,
         lora: LoraSlots | None = None,
         load_format: str = "auto",

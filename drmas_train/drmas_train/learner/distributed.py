@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from drmas_train.config import PoolStrategy
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -63,7 +65,7 @@ class DataParallel:
     rank: int
     world_size: int
     group: Any = None
-    strategy: str = "replicate"
+    strategy: PoolStrategy = "replicate"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -325,7 +327,7 @@ def _store(rank: int, world_size: int, host: str, port: int, timeout: timedelta)
 
 
 def join(
-    rank: int, world_size: int, host: str, port: int, *, timeout_s: float = 600.0, strategy: str = "replicate"
+    rank: int, world_size: int, host: str, port: int, *, timeout_s: float = 600.0, strategy: PoolStrategy = "replicate"
 ) -> DataParallel:
     """Join the data-parallel group whose rank 0 listens at host:port (blocks until all ranks join).
 

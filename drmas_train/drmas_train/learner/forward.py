@@ -34,7 +34,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from drmas_train.algorithm.records import CallRecord
-from drmas_train.config import Forward, choices
+from drmas_train.config import Forward, HeadDtype
 from drmas_train.learner.loss import make_batch
 from drmas_train.learner.prefix_tree import pack_prefix_tree, tree_length
 
@@ -60,8 +60,6 @@ def _attn_implementation(model: torch.nn.Module) -> str:
 
 def choose_forward(model: torch.nn.Module, records: Sequence[CallRecord], forward: Forward) -> str:
     """The strategy one micro-batch runs with: "plain" or "shared_prefix" (see the module doc)."""
-    if forward not in choices(Forward):
-        raise ValueError(f"learner forward must be one of {choices(Forward)}, got {forward!r}")
     maskable = _attn_implementation(model) in _MASKABLE
     if forward == "shared_prefix" and not maskable:
         raise ValueError(
@@ -82,11 +80,11 @@ def score(
     records: Sequence[CallRecord],
     *,
     pad_token_id: int = 0,
-    forward: str = "plain",
+    forward: Forward = "plain",
     entropy: str = "off",
     chunk_tokens: int = 1024,
     tree_multiple: int = 1,
-    head_dtype: str = "float32",
+    head_dtype: HeadDtype = "float32",
 ) -> Scores:
     """Log-probs (and entropy) of each record's response under softmax(logits / T), T its own temperature.
 
@@ -181,7 +179,7 @@ def _score_hidden(
     temps: torch.Tensor,
     entropy: str,
     chunk: int,
-    head_dtype: str,
+    head_dtype: HeadDtype,
 ) -> torch.Tensor:
     """The head's replacement: [1, N, 2] (log-prob, entropy) of the N scored positions of `hidden`."""
     hidden = hidden.index_select(1, keep)  # deterministic backward, unlike hidden[:, keep] (module doc)
@@ -197,7 +195,7 @@ def head_scores(
     *,
     entropy: str = "off",
     chunk: int = 1024,
-    head_dtype: str = "float32",
+    head_dtype: HeadDtype = "float32",
 ) -> torch.Tensor:
     """[N, 2]: log-prob of each target (and entropy, 0 when "off") under softmax(head(hidden) / T).
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from drmas_train.algorithm.records import CallRecord
-from drmas_train.config import PPOConfig
+from drmas_train.config import LossAgg, PPOConfig
 from drmas_train.learner.adapters import adapter_of, chunk_by_adapter
 
 
@@ -56,7 +56,7 @@ class MiniBatch:
     n_micro: int
 
 
-def loss_denominator(loss_agg: str, micro_tokens: int, minibatch_tokens: int, n_micro: int) -> float:
+def loss_denominator(loss_agg: LossAgg, micro_tokens: int, minibatch_tokens: int, n_micro: int) -> float:
     """What a micro-batch's token-loss sum is divided by, so that the gradients summed over its
     micro-batches (and ranks) are those of the `loss_agg` loss of the whole mini-batch.
 
@@ -71,9 +71,7 @@ def loss_denominator(loss_agg: str, micro_tokens: int, minibatch_tokens: int, n_
     """
     if loss_agg == "token_mean":
         return float(minibatch_tokens)
-    if loss_agg == "micro_token_mean":
-        return float(micro_tokens * n_micro)
-    raise ValueError(f"unknown loss_agg {loss_agg!r}")
+    return float(micro_tokens * n_micro)  # micro_token_mean
 
 
 # ---- packed --------------------------------------------------------------------------------------

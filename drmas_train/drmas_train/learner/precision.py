@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
+from drmas_train.config import ComputeDtype
 from drmas_train.engines.settings import native_bf16
 
 log = logging.getLogger(__name__)
 
 
-def resolve_compute_dtype(requested: str, *, device_type: str, weights: torch.dtype) -> torch.dtype | None:
+def resolve_compute_dtype(requested: ComputeDtype, *, device_type: str, weights: torch.dtype) -> torch.dtype | None:
     """The autocast dtype for `learner.compute_dtype` on this machine, or None for no autocast.
 
     Args:
@@ -43,11 +44,9 @@ def resolve_compute_dtype(requested: str, *, device_type: str, weights: torch.dt
     if requested == "auto":
         log.info("learner compute_dtype auto -> %s (%s)", "bfloat16" if native else "float32", why)
         return torch.bfloat16 if native else None
-    if requested == "bfloat16":
-        if not native:
-            log.warning("learner.compute_dtype bfloat16 on a %s: bf16 matmul is far slower than fp32 there", why)
-        return torch.bfloat16
-    raise ValueError(f"learner.compute_dtype must be auto, float32 or bfloat16, got {requested!r}")
+    if not native:  # bfloat16
+        log.warning("learner.compute_dtype bfloat16 on a %s: bf16 matmul is far slower than fp32 there", why)
+    return torch.bfloat16
 
 
 @contextlib.contextmanager

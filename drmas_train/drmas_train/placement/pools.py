@@ -4,26 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drmas_train.config import PlacementConfig, PoolSize
+from drmas_train.config import Assignment, BackendName, PlacementConfig, PoolSize, RolloutRanks
 
 
-def worker_groups(assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
+def worker_groups(assignment: Assignment, agents: Sequence[str]) -> dict[str, list[str]]:
     """Which agents each worker serves: the models that must live in one process."""
     if assignment in ("per_agent", "heterogeneous"):
         return {a: [a] for a in agents}
-    if assignment in ("shared", "lora"):
-        return {assignment: list(agents)}
-    raise ValueError(f"unknown assignment {assignment!r}")
+    return {assignment: list(agents)}  # shared, lora: one model
 
 
-def placed_workers(placement: PlacementConfig, assignment: str, agents: Sequence[str]) -> dict[str, list[str]]:
+def placed_workers(placement: PlacementConfig, assignment: Assignment, agents: Sequence[str]) -> dict[str, list[str]]:
     """The workers to start and the agents each serves: one for every model in shared mode."""
     if placement.mode == "shared":
         return {"shared": list(agents)}
     return worker_groups(assignment, agents)
 
 
-def pool_sizes(placement: PlacementConfig, assignment: str, agents: Sequence[str]) -> dict[str, PoolSize]:
+def pool_sizes(placement: PlacementConfig, assignment: Assignment, agents: Sequence[str]) -> dict[str, PoolSize]:
     """The pools to create, by worker name (one pool per worker)."""
     if placement.mode == "shared":
         return {"shared": placement.shared_pool}
@@ -39,7 +37,7 @@ def generates(rank: int, rollout_ranks: str = "all") -> bool:
     return rank == 0 or rollout_ranks == "all"
 
 
-def uses_engine_actors(backend: str, ranks: int, rank: int = 0, rollout_ranks: str = "all") -> bool:
+def uses_engine_actors(backend: BackendName, ranks: int, rank: int = 0, rollout_ranks: RolloutRanks = "all") -> bool:
     """Whether rank `rank` of a pool of `ranks` runs its engines in `EngineActor`s.
 
     An in-process vLLM engine takes torch.distributed's default group (a world of one), which a

@@ -86,7 +86,9 @@ class PolicyWorker:
 
         return rendezvous_address()
 
-    def join_data_parallel(self, host: str, port: int, world_size: int, timeout_s: float, strategy: str) -> None:
+    def join_data_parallel(
+        self, host: str, port: int, world_size: int, timeout_s: float, strategy: PoolStrategy
+    ) -> None:
         """Join the data-parallel group; every replica (or shard) then starts from rank 0's weights.
 
         A model built empty is sharded first and each rank reads its own shards from the model folder;

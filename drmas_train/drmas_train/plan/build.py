@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_train.config import TrainConfig, needed_model_len, steps_for_epochs
+from drmas_train.config import BackendName, ModelDtype, TrainConfig, needed_model_len, steps_for_epochs
 from drmas_train.plan.data import (
     PromptCounter,
     eval_kwargs,
@@ -84,7 +84,7 @@ def _backend(cfg: TrainConfig) -> str:
     return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
 
 
-def _gen_dtype(cfg: TrainConfig, gpu: bool, backend: str) -> str:
+def _gen_dtype(cfg: TrainConfig, gpu: bool, backend: BackendName) -> ModelDtype:
     """The engine's dtype as the run would resolve it: on a GPU `auto` means bf16 (assumed supported); on a
     CPU, bf16 where this machine has native bf16 (`models.engine.resolve_gen_dtype`).
     """
@@ -134,7 +134,12 @@ def _engine_dict(e: Any) -> dict[str, Any]:
 
 
 def _memory_section(
-    cfg: TrainConfig, pools: list[PoolPlan], gpu: bool, backend: str, gen_dtype: str, prompts: dict[str, Any]
+    cfg: TrainConfig,
+    pools: list[PoolPlan],
+    gpu: bool,
+    backend: BackendName,
+    gen_dtype: ModelDtype,
+    prompts: dict[str, Any],
 ) -> dict[str, Any]:
     declared = cfg.placement.gpu_memory_gib
     rows = []
@@ -228,7 +233,7 @@ def _estimate(
     plans: list[ModelPlan],
     prompts: dict[str, Any],
     memory: dict[str, Any],
-    gen_dtype: str,
+    gen_dtype: ModelDtype,
 ) -> dict[str, Any]:
     gpu, backend, env_id = memory["device"] == "gpu", memory["_backend"], cfg.env.id
     hw: Hardware = GPUS[cfg.placement.gpu_kind] if gpu else CPU_2CORE

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from drmas_train.config import TrainConfig
+from drmas_train.config import BackendName, ModelDtype, TrainConfig
 from drmas_train.config.placement import PoolSize
 from drmas_train.plan.arch import Arch
 from drmas_train.plan.memory import GIB, TrainState, dtype_bytes, lora_params, train_state
@@ -83,8 +83,8 @@ class EnginePlan:
     """One model's generation engine on one rank."""
 
     model: str
-    backend: str
-    dtype: str
+    backend: BackendName
+    dtype: ModelDtype
     max_model_len: int
     gpu_memory_utilization: float | None
     memory: int
@@ -98,7 +98,7 @@ class EnginePlan:
 
 
 def engine_plan(
-    cfg: TrainConfig, mp: ModelPlan, backend: str, gen_dtype: str, gpu: bool, gpu_bytes: float
+    cfg: TrainConfig, mp: ModelPlan, backend: BackendName, gen_dtype: ModelDtype, gpu: bool, gpu_bytes: float
 ) -> EnginePlan:
     """The memory of `mp`'s engine on a rank (module docstring)."""
     e, arch = cfg.models.engine, mp.arch
@@ -267,7 +267,7 @@ def learner_compute_dtype(cfg: TrainConfig, gpu: bool) -> str:
     return requested
 
 
-def engines_sleep(cfg: TrainConfig, backend: str, gpu: bool) -> bool:
+def engines_sleep(cfg: TrainConfig, backend: BackendName, gpu: bool) -> bool:
     """Whether the run's engines sleep between generations: `models.engine.sleep`, except vLLM on a CPU (its
     sleep mode needs CUDA) or serving LoRA adapters (a sleep would drop the frozen base that no push
     carries): the run says so and keeps those resident.
@@ -284,8 +284,8 @@ def rank_memory(
     generates: bool,
     gpu: bool,
     capacity: int,
-    backend: str,
-    gen_dtype: str,
+    backend: BackendName,
+    gen_dtype: ModelDtype,
     tokens_per_call: int | None = None,
 ) -> RankMemory:
     """The memory of rank(s) `rank` of `pool` (module docstring); activations for a micro-batch of calls of
@@ -344,7 +344,14 @@ def rank_memory(
 
 
 def rollout_rank_memory(
-    cfg: TrainConfig, models: list[ModelPlan], size: PoolSize, *, gpu: bool, capacity: int, backend: str, gen_dtype: str
+    cfg: TrainConfig,
+    models: list[ModelPlan],
+    size: PoolSize,
+    *,
+    gpu: bool,
+    capacity: int,
+    backend: BackendName,
+    gen_dtype: ModelDtype,
 ) -> RankMemory:
     """A rank of the rollout pool (`placement.rollout_pool`): every model's engine and nothing to train.
 

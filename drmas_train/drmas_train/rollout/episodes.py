@@ -24,6 +24,7 @@ from pettingzoo import AECEnv
 
 from drmas_envs import EpisodeResult, run_lockstep
 from drmas_train.algorithm.records import CallRecord
+from drmas_train.config import Truncation
 from drmas_train.engines.assignment import Policy
 from drmas_train.engines.base import SamplingParams
 
@@ -47,7 +48,7 @@ def chat_prompt(
     observation: Mapping[str, Any],
     max_tokens: int,
     template_kwargs: Mapping[str, Any] | None = None,
-    truncation: str = "middle",
+    truncation: Truncation = "middle",
 ) -> list[int]:
     """Token ids of the observation's [system, user] chat with the generation prompt appended.
 
@@ -67,7 +68,7 @@ def chat_prompt(
     return truncate(list(ids), max_tokens - len(tail), truncation) + tail
 
 
-def truncate(ids: list[int], budget: int, side: str) -> list[int]:
+def truncate(ids: list[int], budget: int, side: Truncation) -> list[int]:
     """`ids` cut to `budget` tokens on the given side ("middle", "left", "right"; "error" raises)."""
     if len(ids) <= budget:
         return ids
@@ -78,12 +79,10 @@ def truncate(ids: list[int], budget: int, side: str) -> list[int]:
         return ids[len(ids) - budget :]
     if side == "right":
         return ids[:budget]
-    if side == "error":
-        raise ValueError(
-            f"a prompt of {len(ids)} tokens is longer than the {budget} allowed "
-            "(rollout.max_prompt_tokens, less any reply prefix); raise it or set rollout.truncation"
-        )
-    raise ValueError(f"truncation must be middle, left, right or error, not {side!r}")
+    raise ValueError(  # error
+        f"a prompt of {len(ids)} tokens is longer than the {budget} allowed "
+        "(rollout.max_prompt_tokens, less any reply prefix); raise it or set rollout.truncation"
+    )
 
 
 def call_seed(seed: int, round_index: int, episode: int, agent: str) -> int:
@@ -118,7 +117,7 @@ def rollout(
     seed: int,
     max_prompt_tokens: int = 2048,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    truncation: str = "middle",
+    truncation: Truncation = "middle",
 ) -> RolloutBatch:
     """Run B = len(tasks) groups of `group_size` episodes and record every call.
 

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from drmas_train.config import TrainConfig
+from drmas_train.config import GenDtype, TrainConfig
 from drmas_train.engines.assignment import Policy
 
 
@@ -43,7 +43,7 @@ class EnginePool:
         shutdown(self.handles)
 
 
-def engine_dtype(cfg: TrainConfig) -> str:
+def engine_dtype(cfg: TrainConfig) -> GenDtype:
     """The dtype the run's engine generated in: vLLM's `gen_dtype` when set, else the module's `models.dtype`.
 
     A transformers engine generates with a module in `models.dtype` (the learner's, or a copy of it).

@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from drmas_train.config import TrainConfig
+from drmas_train.config import ModelDtype, TrainConfig
 from drmas_train.run.checkpoint import load_model_weights, weight_names
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def _save_adapter(peft_model, name: str, target: Path, base: Path | None) -> Non
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2))
 
 
-def _save_merged(peft_model, name: str, target: Path, dtype: str) -> None:
+def _save_merged(peft_model, name: str, target: Path, dtype: ModelDtype) -> None:
     """The base model with adapter `name` merged in, saved as a plain model (the others are left out)."""
     from transformers import AutoModelForCausalLM
 

@@ -32,7 +32,7 @@ import drmas_envs
 from drmas_envs import EpisodeResult
 from drmas_envs.evaluate import summarise, tally
 from drmas_train.algorithm.records import CallRecord
-from drmas_train.config import EvalConfig, TrainConfig
+from drmas_train.config import EvalConfig, TrainConfig, Truncation
 from drmas_train.engines.assignment import Policy
 from drmas_train.engines.base import SamplingParams
 from drmas_train.rollout import rollout
@@ -97,7 +97,7 @@ def _run(
     max_prompt_tokens: int,
     batch_episodes: int,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    truncation: str = "middle",
+    truncation: Truncation = "middle",
 ) -> tuple[list[EpisodeResult], list[list[CallRecord]], list[int]]:
     """Run `k` episodes of each problem, `batch_episodes` at a time: results, calls and problem per episode."""
     per_batch = max(1, min(batch_episodes, len(envs)) // k)
@@ -148,7 +148,7 @@ def evaluate_team(
     *,
     max_prompt_tokens: int,
     template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    truncation: str = "middle",
+    truncation: Truncation = "middle",
 ) -> dict[str, Any]:
     """Run the validation protocol (module docstring) and return its result.
 
