@@ -179,7 +179,10 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
     """Write retrieval_scale.json (the issue's keys, plus the raw runs) and retrieval_scale.md."""
     results = merge(runs)
     summ = summary(results)
-    (out_dir / "retrieval_scale.json").write_text(json.dumps({**summ, "raw": runs}, indent=1, default=float))
+    path = out_dir / "retrieval_scale.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = {k: old[k] for k in ("dense_reranked",) if k in old}  # written by retrieval_rerank.py
+    path.write_text(json.dumps({**summ, **kept, "raw": runs}, indent=1, default=float))
     rec = results.get("recall", {})
     commands = [
         COMMAND.format(
@@ -269,4 +272,8 @@ def write_report(runs: list[dict], out_dir: Path) -> None:
         *_projection(summ),
         "",
     ]
+    if "dense_reranked" in kept:
+        from drmas_benchmarks.retrieval_rerank_report import section  # it imports this module
+
+        lines += section(kept["dense_reranked"])
     (out_dir / "retrieval_scale.md").write_text("\n".join(lines))

@@ -1,8 +1,9 @@
 """`drmas-retrieval`: build an index of a corpus, and serve it over HTTP.
 
 drmas-retrieval build --corpus wiki.jsonl.gz --retriever bm25 --out idx/
-drmas-retrieval build --corpus wiki-18.jsonl --retriever faiss --vectors e5_Flat.index --encoder e5 --out idx/
-drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000] [--server stdlib|asgi]
+drmas-retrieval build --corpus wiki-18.jsonl --retriever faiss --vectors e5_Flat.index --encoder e5 \
+    [--shortlist N] --out idx/
+drmas-retrieval serve --index idx/ [--host 127.0.0.1] [--port 8000] [--server stdlib|asgi] [--gpus 0,1]
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from drmas_envs.data import iter_jsonl_numbered
 from drmas_envs.search.retrievers import build_index, load_index
-from drmas_envs.search.retrievers.ann import IVFPQConfig, import_faiss
+from drmas_envs.search.retrievers.ann import IVFPQConfig, ServeConfig
+from drmas_envs.search.retrievers.faiss_lib import import_faiss
 from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 from drmas_envs.search.retrievers.index import KINDS
 from drmas_retrieval.config import CLIENT_KEYS
@@ -57,13 +59,27 @@ def _parser() -> argparse.ArgumentParser:
         "--min-passages", type=int, default=ivf.min_passages, help="faiss: below this, an exact flat index is built"
     )
     build.add_argument(
+        "--shortlist",
+        type=int,
+        default=ivf.shortlist,
+        help="faiss IVF-PQ: candidates per query re-ranked exactly from the float32 vectors memory-mapped off "
+        "disk (the --vectors flat file in place, else a flat copy in the folder); 0: no re-ranking",
+    )
+    build.add_argument(
         "--recall-queries",
         help="faiss: a JSONL of questions ('question' field) to measure recall@3 against exact search "
         "(default: noisy passage vectors)",
     )
     serve = sub.add_parser("serve", help="serve an index folder: POST /retrieve, GET /health")
     serve.add_argument("--index", required=True, help="a folder written by `build`")
-    serve.add_argument("--nprobe", type=int, help="faiss IVF indexes: clusters searched per query (default: built)")
+    for f in dataclasses.fields(ServeConfig):  # the index's search: one flag per field, with its help
+        flag, default, text = f"--{f.name.replace('_', '-')}", f.default, f.metadata["help"]
+        if isinstance(default, bool):
+            serve.add_argument(flag, action="store_true", help=text)
+        elif isinstance(default, tuple):
+            serve.add_argument(flag, type=_ids, default=default, help=text)
+        else:
+            serve.add_argument(flag, type=type(default), default=default, help=f"{text} (default: %(default)s)")
     for f in dataclasses.fields(ServiceConfig):  # one flag per field: every bound, with its help
         kind = {"int": int, "float": float}.get(str(f.type), str)
         choices = CLIENT_KEYS if f.name == "client_key" else None
@@ -80,6 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ids(text: str) -> tuple[int, ...]:
+    """'0,1' -> (0, 1)."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated GPU ids such as 0,1; got {text!r}") from None
+
+
 def _questions(path: str | None, limit: int = 1000) -> list[str] | None:
     if not path:
         return None
@@ -91,7 +115,9 @@ def _build(args: argparse.Namespace) -> None:
     if args.retriever == "faiss":
         import_faiss()  # a missing extra fails here, before the corpus is read
     start = time.perf_counter()
-    ivfpq = IVFPQConfig(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe, min_passages=args.min_passages)
+    ivfpq = IVFPQConfig(
+        nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe, min_passages=args.min_passages, shortlist=args.shortlist
+    )
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(f"building {args.retriever} index of {args.corpus}", total=None)
@@ -115,7 +141,8 @@ def _build(args: argparse.Namespace) -> None:
     if report is not None:
         console.print(
             f"recall@{report.k} against exact search: [bold]{report.recall:.3f}[/] ({report.queries}; "
-            f"nlist {report.nlist}, {report.m} bytes per passage, nprobe {report.nprobe})"
+            f"nlist {report.nlist}, {report.m} bytes per passage, nprobe {report.nprobe}"
+            + (f", shortlist {report.shortlist} re-ranked exactly)" if report.shortlist else ")")
         )
 
 
@@ -133,7 +160,8 @@ def _check_extra(server: str) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     _check_extra(args.server)
-    retriever = load_index(args.index, nprobe=args.nprobe)
+    serving = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
+    retriever = load_index(args.index, serving)
     config = ServiceConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServiceConfig)})
     server = make_server(retriever, config, args.server)
     console.print(

@@ -15,9 +15,10 @@ from search_helpers import PASSAGES
 
 from drmas_envs.data import DataError
 from drmas_envs.search.retrievers import BM25Retriever, MemoryStore, build_index
-from drmas_envs.search.retrievers.ann import IVFPQConfig, build_ivfpq, import_faiss, measure_recall, set_nprobe
+from drmas_envs.search.retrievers.ann import IVFPQConfig, build_ivfpq, measure_recall, set_nprobe
 from drmas_envs.search.retrievers.bm25 import tokenize
 from drmas_envs.search.retrievers.bm25_build import build_bm25_files
+from drmas_envs.search.retrievers.faiss_lib import import_faiss
 from drmas_envs.search.retrievers.vectors import exact_top_k, load_vectors, read_flat_index, recall_at_k
 from drmas_envs.search.world import generate_world
 

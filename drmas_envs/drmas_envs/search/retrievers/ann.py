@@ -15,25 +15,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from drmas_envs.search.retrievers.faiss_lib import import_faiss
+from drmas_envs.search.retrievers.rerank import search
 from drmas_envs.search.retrievers.vectors import exact_top_k, recall_at_k
 
 logger = logging.getLogger(__name__)
-
-FAISS_EXTRA = "pip install 'drmas-envs[faiss]'"
-
-
-def import_faiss() -> Any:
-    """The faiss module, or one clear error naming the extra to install."""
-    try:
-        import faiss
-    except ImportError:
-        raise ImportError(f"FAISS indexes need the faiss extra (faiss-cpu is not installed): {FAISS_EXTRA}") from None
-    return faiss
 
 
 @dataclass(frozen=True)
@@ -59,6 +50,36 @@ class IVFPQConfig:
     """Sampling seed (training sample and recall queries)."""
     min_passages: int = 10_000
     """Below this many passages an exact flat index is built: compression saves too little to cost recall."""
+    shortlist: int = 0
+    """Candidates per query the compressed index proposes for exact re-ranking from the float32 vectors
+    memory-mapped off disk (`rerank.py`); 0: no re-ranking, the compressed scores decide."""
+
+
+def _f(default: Any, help: str) -> Any:  # noqa: A002 - argparse's word
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How a dense index folder is searched when loaded (each field is a `drmas-retrieval serve` flag)."""
+
+    nprobe: int = _f(0, "IVF indexes: clusters searched per query (0: as built); more: higher recall, slower")
+    shortlist: int = _f(0, "re-ranked indexes: candidates per query re-scored exactly from the vectors on disk "
+                           "(0: as built); more: higher recall, more disk reads")  # fmt: skip
+    gpus: tuple[int, ...] = _f((), "GPU ids (comma-separated) to shard a flat index over with faiss-gpu, one "
+                                   "shard per GPU; empty: search on CPU")  # fmt: skip
+    gpu_float32: bool = _f(False, "keep the vectors float32 on the GPUs (default float16, as the reference's "
+                                  "server: half the GPU memory)")  # fmt: skip
+    encoder_device: str = _f("cpu", "device of the query encoder: cpu, cuda or cuda:N (default cpu, so serving "
+                                    "takes no training GPU)")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.nprobe < 0 or self.shortlist < 0:
+            raise ValueError(f"nprobe and shortlist must be >= 0 (0: as built), got {self.nprobe}, {self.shortlist}")
+        if len(set(self.gpus)) != len(self.gpus) or any(g < 0 for g in self.gpus):
+            raise ValueError(f"gpus must name distinct GPU ids >= 0, got {self.gpus}")
+        if self.gpus and (self.nprobe or self.shortlist):
+            raise ValueError("gpus serves a flat (exact) index: nprobe and shortlist do not apply")
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,7 @@ class BuildReport:
     k: int
     recall: float
     queries: str
+    shortlist: int = 0
 
 
 def _shape(n: int, dim: int, cfg: IVFPQConfig) -> tuple[int, int, int]:
@@ -119,7 +141,12 @@ def build_ivfpq(
 
 
 def measure_recall(
-    index: Any, vectors: np.ndarray, k: int = 3, queries: np.ndarray | None = None, cfg: IVFPQConfig | None = None
+    index: Any,
+    vectors: np.ndarray,
+    k: int = 3,
+    queries: np.ndarray | None = None,
+    cfg: IVFPQConfig | None = None,
+    shortlist: int = 0,
 ) -> BuildReport:
     """Recall@k of `index` against exact search over `vectors`.
 
@@ -130,6 +157,7 @@ def measure_recall(
         queries: query vectors (encoded questions); None: `cfg.recall_queries` indexed vectors sampled with
             noise added, so a passage is not trivially its own nearest neighbour.
         cfg: the build config (for the sample size, seed and the report).
+        shortlist: a re-ranked index (`rerank.reranked`): candidates re-scored per query.
 
     """
     cfg = cfg or IVFPQConfig()
@@ -143,11 +171,12 @@ def measure_recall(
         kind = "indexed vectors plus noise"
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     _, exact = exact_top_k(queries, vectors, k)
-    _, approx = index.search(queries, k)
+    _, approx = search(index, queries, k, shortlist)
     ivf = _ivf(index)
     pq = getattr(ivf, "pq", None)
     shape = (ivf.nlist, pq.M if pq else 0, pq.nbits if pq else 0, ivf.nprobe) if ivf is not None else (0,) * 4
-    return BuildReport(len(vectors), *shape, k=k, recall=recall_at_k(approx, exact), queries=f"{len(queries)} {kind}")
+    recall = recall_at_k(approx, exact)
+    return BuildReport(len(vectors), *shape, k=k, recall=recall, queries=f"{len(queries)} {kind}", shortlist=shortlist)
 
 
 def _ivf(index: Any) -> Any:

@@ -64,19 +64,29 @@ def resolve_encoder(name: str = "minilm") -> EncoderSpec:
 
 
 @functools.lru_cache(maxsize=4)
-def load_model(model: str) -> Any:
-    """The encoder, loaded once per process (a service's retriever and a rebuilt one share it)."""
+def load_model(model: str, device: str = "cpu") -> Any:
+    """The encoder on `device` ("cpu", "cuda", "cuda:N"), loaded once per process and device (a service's
+    retriever and a rebuilt one share it). CPU by default: a GPU is used only when named.
+
+    Raises:
+        ValueError: a CUDA device that torch does not see.
+
+    """
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ImportError("the dense retriever needs sentence-transformers: pip install 'drmas-envs[dense]'") from exc
-    return SentenceTransformer(model, device="cpu" if not _has_cuda() else None)
+    if device != "cpu":
+        import torch  # loaded with sentence-transformers already
 
-
-def _has_cuda() -> bool:
-    import torch  # only reached once sentence-transformers (hence torch) is imported anyway
-
-    return bool(torch.cuda.is_available())
+        kind, _, number = device.partition(":")
+        index = int(number or 0) if kind == "cuda" and (number.isdigit() or not number) else -1
+        if index >= torch.cuda.device_count() or index < 0:
+            raise ValueError(
+                f"encoder device {device!r}: torch sees {torch.cuda.device_count()} CUDA device(s); "
+                "name cpu, cuda or cuda:N"
+            )
+    return SentenceTransformer(model, device=device)
 
 
 def passage_text(spec: EncoderSpec, title: str, text: str) -> str:
@@ -128,15 +138,18 @@ class DenseRetriever:
         embeddings: (n_passages, dim) float32 unit vectors, possibly memory-mapped.
         store: the passages, in embedding order.
         model: an already loaded SentenceTransformer (loaded from `encoder.model` if None).
+        device: where a model loaded here runs ("cpu", "cuda:N").
 
     """
 
-    def __init__(self, encoder: EncoderSpec, embeddings: np.ndarray, store: PassageStore, model: Any = None):
+    def __init__(
+        self, encoder: EncoderSpec, embeddings: np.ndarray, store: PassageStore, model: Any = None, device: str = "cpu"
+    ):
         check_count(len(embeddings), store, "the embeddings")
         self.encoder = encoder
         self.embeddings = embeddings
         self.store = store
-        self.model = model if model is not None else load_model(encoder.model)
+        self.model = model if model is not None else load_model(encoder.model, device)
 
     @classmethod
     def build(cls, store: PassageStore, *, encoder: str = "minilm", batch_size: int = 64) -> DenseRetriever:
@@ -182,15 +195,15 @@ class DenseRetriever:
         save_encoder(out, self.encoder)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, store: PassageStore) -> DenseRetriever:
-        """Memory-map saved (or referenced) embeddings and load their encoder."""
+    def load(cls, directory: str | os.PathLike, store: PassageStore, device: str = "cpu") -> DenseRetriever:
+        """Memory-map saved (or referenced) embeddings and load their encoder on `device`."""
         src = Path(directory) / INDEX_SUBDIR
         spec = read_encoder(src)
         if (src / SOURCE_FILE).is_file():
             vectors = load_vectors(json.loads((src / SOURCE_FILE).read_text())["vectors"])
         else:
             vectors = np.load(src / "embeddings.npy", mmap_mode="r")
-        return cls(spec, vectors, store)
+        return cls(spec, vectors, store, device=device)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Unit query vectors, (n_queries, dim)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from drmas_envs.search.retrievers.ann import IVFPQConfig
+from drmas_envs.search.retrievers.ann import IVFPQConfig, ServeConfig
 from drmas_envs.search.retrievers.base import Retriever
 from drmas_envs.search.retrievers.bm25 import BM25Retriever
 from drmas_envs.search.retrievers.bm25_build import Progress
@@ -153,12 +153,13 @@ def _counted(records: Iterator[Record], progress: Progress | None) -> Iterator[R
         yield rec
 
 
-def load_index(directory: str | os.PathLike, *, nprobe: int | None = None) -> Retriever:
-    """Load an index folder written by `build_index` (memory-mapped; a FAISS index is read whole).
+def load_index(directory: str | os.PathLike, serve: ServeConfig | None = None) -> Retriever:
+    """Load an index folder written by `build_index` (memory-mapped; a FAISS index is read whole, the
+    vectors of a re-ranked one memory-mapped).
 
     Args:
         directory: the index folder.
-        nprobe: faiss IVF indexes: clusters searched per query (default: the one it was built with).
+        serve: dense indexes: the encoder's device; faiss: nprobe, shortlist, GPUs (default: as built, CPU).
 
     """
     directory = Path(directory)
@@ -173,16 +174,19 @@ def load_index(directory: str | os.PathLike, *, nprobe: int | None = None) -> Re
             f"{directory} holds a {kind} index of format {meta.get('format')}; this version reads "
             f"format {FORMATS[kind]}: rebuild it (drmas-retrieval build, or delete the folder)"
         )
+    serve = serve or ServeConfig()
+    if kind != "faiss" and (serve.nprobe or serve.shortlist or serve.gpus):
+        raise ValueError(f"{directory} holds a {kind} index: nprobe, shortlist and gpus apply to faiss indexes")
     store = DiskStore(directory)
     if kind == "bm25":
         return BM25Retriever.load(directory, store)
     if kind == "faiss":
         from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 
-        return FaissRetriever.load(directory, store, nprobe=nprobe)
+        return FaissRetriever.load(directory, store, serve)
     from drmas_envs.search.retrievers.dense import DenseRetriever
 
-    return DenseRetriever.load(directory, store)
+    return DenseRetriever.load(directory, store, serve.encoder_device)
 
 
 @functools.lru_cache(maxsize=16)

@@ -21,8 +21,8 @@ _FLAT_HEADER = struct.Struct("<4siqqq?iQ")  # tag, d, ntotal, 2 unused, is_train
 CHUNK = 65_536
 
 
-def read_flat_index(path: str | os.PathLike) -> np.ndarray:
-    """The vectors of a FAISS flat index file (as `faiss.write_index` writes IndexFlatIP/L2), memory-mapped.
+def flat_header(path: str | os.PathLike) -> tuple[str, int, int]:
+    """(metric, dim, ntotal) of a FAISS flat index file ("ip" or "l2"), its size checked against its header.
 
     Raises:
         ValueError: not a flat FAISS file, or its size disagrees with its header (a truncated download).
@@ -33,14 +33,41 @@ def read_flat_index(path: str | os.PathLike) -> np.ndarray:
         head = fh.read(_FLAT_HEADER.size)
     if len(head) < _FLAT_HEADER.size or head[:4] not in FLAT_FOURCC:
         raise ValueError(f"{path}: not a flat FAISS index (IndexFlatIP/L2); tag {head[:4]!r}")
-    _, dim, ntotal, _, _, _, metric, n_floats = _FLAT_HEADER.unpack(head)
+    tag, dim, ntotal, _, _, _, _, n_floats = _FLAT_HEADER.unpack(head)
     expected = _FLAT_HEADER.size + 4 * ntotal * dim
     if n_floats != ntotal * dim or path.stat().st_size != expected:
         raise ValueError(
             f"{path}: header says {ntotal} x {dim} vectors ({expected} bytes) but the file has "
             f"{path.stat().st_size} bytes; a partial download? (e5_Flat.index is part_aa + part_ab concatenated)"
         )
+    return FLAT_FOURCC[tag], dim, ntotal
+
+
+def read_flat_index(path: str | os.PathLike) -> np.ndarray:
+    """The vectors of a FAISS flat index file (as `faiss.write_index` writes IndexFlatIP/L2), memory-mapped.
+
+    Raises:
+        ValueError: not a flat FAISS file, or its size disagrees with its header (a truncated download).
+
+    """
+    _, dim, ntotal = flat_header(path)
     return np.memmap(path, dtype=np.float32, mode="r", offset=_FLAT_HEADER.size, shape=(ntotal, dim))
+
+
+def write_flat_index(vectors: np.ndarray, path: str | os.PathLike, chunk: int = CHUNK) -> Path:
+    """Write `vectors` as the file `faiss.write_index` makes of an IndexFlatIP holding them, chunk by chunk
+    (memory: one chunk), through a temporary file renamed into place. Returns `path`.
+    """
+    path = Path(path)
+    n, dim = vectors.shape
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as fh:
+        # tag, d, ntotal, two unused int64 (1 << 20 each, as faiss writes them), is_trained, metric 0 = IP
+        fh.write(_FLAT_HEADER.pack(b"IxFI", dim, n, 1 << 20, 1 << 20, True, 0, n * dim))
+        for start in range(0, n, chunk):
+            fh.write(np.ascontiguousarray(vectors[start : start + chunk], dtype="<f4").tobytes())
+    tmp.rename(path)
+    return path
 
 
 def load_vectors(path: str | os.PathLike) -> np.ndarray:
