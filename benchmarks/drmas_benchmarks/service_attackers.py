@@ -5,6 +5,7 @@
 - nonreading: sends a valid request at the per-request hit cap and never reads the reply; closes and
   reconnects after `hold` seconds.
 - heavy: each client sends, back to back, requests of 20 queries of 4,096 characters of a common term.
+- idle: opens many connections at once and sends nothing; counts the 503s the server sends at once.
 
 Every mix counts what happened to it (connections, drops, replies by status) and returns the counts.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import select
+import selectors
 import socket
 import threading
 import time
@@ -142,12 +144,54 @@ def heavy(url: str, clients: int, stop: float, queries: int = 20, chars: int = 4
         return dict(counts)
 
 
+def idle(addr: tuple[str, int], clients: int, stop: float) -> dict:
+    """`clients` connections opened as fast as they connect, kept open and silent until `stop`."""
+    counts: Counter = Counter()
+    sel = selectors.DefaultSelector()  # epoll: select() cannot watch descriptors past 1024
+    refusal_ms: list[float] = []
+
+    def drain(timeout: float) -> None:
+        for key, _ in sel.select(timeout):
+            sock, opened = key.fileobj, key.data
+            try:
+                data = sock.recv(4096, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            sel.unregister(sock)
+            sock.close()
+            status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "closed by server"
+            counts[status] += 1
+            if status == "503":
+                refusal_ms.append(1000 * (time.monotonic() - opened))
+
+    for _ in range(clients):
+        sock = _connect(addr)
+        if sock is None:
+            counts["connect failed"] += 1
+            continue
+        counts["connections"] += 1
+        sel.register(sock, selectors.EVENT_READ, time.monotonic())
+        drain(0)
+    while time.time() < stop:
+        drain(min(0.5, max(0.0, stop - time.time())))
+    counts["open at the end"] = len(sel.get_map())
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    if refusal_ms:
+        counts["503 slowest ms"] = round(max(refusal_ms), 1)
+    return dict(counts)
+
+
 def run_mix(kind: str, url: str, clients: int, stop: float, hold: float) -> dict:
     """Run one mix (for a process pool): its counts."""
     host, port = url.removeprefix("http://").split(":")
     addr = (host, int(port))
     if kind == "slowloris":
         return slowloris(addr, clients, stop)
+    if kind == "idle":
+        return idle(addr, clients, stop)
     if kind == "nonreading":
         return nonreading(addr, clients, stop, queries=512, topk=10, hold=hold)
     return heavy(url, clients, stop)

@@ -4,14 +4,17 @@ ordinary client's latency against its unloaded latency.
 Serves a BM25 index of ../shared/data/corpus/wiki_passages.jsonl.gz (the generated world's corpus if
 the data is absent) with the real CLI (`drmas-retrieval serve`, default flags) in its own process,
 fresh for each mix. The hostile mixes (drmas_benchmarks.service_attackers) run in other processes:
-slowloris, non-reading and heavy clients, each mix alone and then all together. Throughout, one
+slowloris, non-reading and heavy clients, each mix alone and then all together, then `--idle`
+connections opened at once and left silent. With `--pin` the attackers run on one core and the server
+and the ordinary client on the others (a model of attackers elsewhere). Throughout, one
 ordinary client (a keep-alive `requests.Session`, as `HTTPRetriever` uses, opened before the mix
 starts) sends one-question requests (topk 3) back to back; a 503 is retried after 0.1 s and the
 latency counts until the 200. Recorded per mix: the server's peak RSS (VmHWM) against the bound it
 states in /health, the ordinary client's p50/p99 against its unloaded p99, and the statuses the
-probes (deep JSON, a 5,000-digit integer, ambiguous framing) get after the mix.
+probes (deep JSON, a 5,000-digit integer, ambiguous framing) get after the mix; also the server's
+peak thread count and its CPU time by thread.
 
-    .venv/bin/python -m drmas_benchmarks.service_load --hostile [--clients 300] [--seconds 30]
+    .venv/bin/python -m drmas_benchmarks.service_load --hostile [--clients 300] [--seconds 30] [--pin]
 
 Writes benchmarks/results/service_load_hostile.md and .json.
 """
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -33,10 +38,11 @@ import requests
 
 from drmas_benchmarks.machine import cpu_line
 from drmas_benchmarks.service_attackers import run_mix
-from drmas_benchmarks.service_load import DATA, ROOT, free_port, questions, wait_healthy, world_corpus
+from drmas_benchmarks.service_hostile_report import report
+from drmas_benchmarks.service_load import DATA, ROOT, cpu_seconds, free_port, questions, wait_healthy, world_corpus
 
 OUT = ROOT / "benchmarks" / "results" / "service_load_hostile.md"
-MIXES = [("slowloris",), ("nonreading",), ("heavy",), ("slowloris", "nonreading", "heavy")]
+MIXES = [("slowloris",), ("nonreading",), ("heavy",), ("slowloris", "nonreading", "heavy"), ("idle",)]
 
 
 def _framed(body: bytes) -> bytes:
@@ -50,11 +56,60 @@ PROBES = {
 }
 
 
-def start_server(index: str, log: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:
+def _pin(cpus: set[int] | None) -> None:
+    """Run this process (its threads started from now) on `cpus`; None leaves it where it is."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def _attack(kind: str, *args: object) -> dict:
+    """`run_mix` in a pool process, with the CPU seconds its process used."""
+    counts = run_mix(kind, *args)  # type: ignore[arg-type]
+    return counts | {"CPU s": round(time.process_time(), 1)}
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process so far: its main thread (accepts, refusals), its busiest other thread (the
+    batcher's worker), and the rest (connection handlers, ended ones included)."""
+    tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    main = cpu_seconds_of(f"/proc/{pid}/task/{pid}/stat")
+    top = max((cpu_seconds_of(f"/proc/{pid}/task/{t}/stat") for t in tasks if t != pid), default=0.0)
+    total = cpu_seconds(pid)
+    return {"main": round(main, 1), "busiest other": round(top, 1), "rest": round(total - main - top, 1)}
+
+
+def cpu_seconds_of(stat: str) -> float:
+    try:
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # the thread ended since the listing
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class PeakThreads(threading.Thread):
+    """Samples a process's thread count until stopped; `peak` is the most seen."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.halt = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.1):
+            self.peak = max(self.peak, _threads(self.pid))
+
+
+def start_server(index: str, log: Path, extra: list[str], cpus: set[int] | None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "drmas_retrieval.cli", "serve", "--index", index, "--port", str(port), *extra]
     with open(log, "w") as fh:  # a file, not a pipe: a pipe nobody drains would block the server's logging
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, preexec_fn=lambda: _pin(cpus))
     return proc, wait_healthy(proc, f"http://127.0.0.1:{port}")
 
 
@@ -114,66 +169,43 @@ def ordinary(url: str, session: requests.Session, qs: list[str], stop: float, li
 def run(index: str, mix: tuple[str, ...], args: argparse.Namespace) -> dict:
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     log = Path(index).parent / "server.log"
-    proc, url = start_server(index, log, args.serve_args.split())
+    cpus = sorted(os.sched_getaffinity(0))
+    attack_cpus, serve_cpus = ({cpus[0]}, set(cpus[1:])) if args.pin and len(cpus) > 1 else (None, None)
+    proc, url = start_server(index, log, args.serve_args.split(), serve_cpus)
+    mine = os.sched_getaffinity(0)
+    sampler = PeakThreads(proc.pid)
+    sampler.start()
     try:
         bound = requests.get(f"{url}/health", timeout=10).json()["memory_bound_bytes"]
         session = requests.Session()
         session.get(f"{url}/health", timeout=10)  # the ordinary client's connection, open before the flood
         qs = questions()
+        cpu0 = cpu_seconds(proc.pid)
         if not mix:
             result = ordinary(url, session, qs, time.time() + args.seconds, args.baseline_requests)
             counts: dict = {}
         else:
             stop = time.time() + args.seconds
-            with ProcessPoolExecutor(len(mix)) as pool:
-                futures = {k: pool.submit(run_mix, k, url, args.clients, stop, args.hold) for k in mix}
+            with ProcessPoolExecutor(len(mix), initializer=_pin, initargs=(attack_cpus,)) as pool:
+                futures = {k: pool.submit(_attack, k, url, args.idle if k == "idle" else args.clients, stop, args.hold)
+                           for k in mix}  # fmt: skip
+                _pin(serve_cpus)  # the ordinary client runs beside the server
                 time.sleep(args.warmup)
                 result = ordinary(url, session, qs, stop, 10**9)
                 counts = {k: f.result() for k, f in futures.items()}
+        server_cpu = cpu_seconds(proc.pid) - cpu0
+        by_thread = thread_cpu(proc.pid)
         health = requests.get(f"{url}/health", timeout=60).json()
         return {"mix": "+".join(mix) or "none (unloaded)", "uptime": uptime, "peak_rss": peak_rss(proc.pid),
-                "bound": bound, **result, "attackers": counts, "probes": probe(url), "health": health}  # fmt: skip
+                "bound": bound, **result, "attackers": counts, "probes": probe(url), "health": health,
+                "peak_threads": sampler.peak, "server_cpu_s": round(server_cpu, 1), "server_cpu_by_thread": by_thread,
+                "pinned": attack_cpus is not None}  # fmt: skip
     finally:
+        os.sched_setaffinity(0, mine)
+        sampler.halt.set()
         proc.terminate()
         proc.wait(30)
         print(log.read_text()[-2000:], flush=True)  # the stated bound, and any error the server logged
-
-
-def report(rows: list[dict], args: argparse.Namespace, corpus: str) -> list[str]:
-    base = rows[0]["p99_ms"]  # the unloaded p99 measured first; the one measured last is shown beside it
-    mib = lambda n: f"{n / (1 << 20):,.0f}"  # noqa: E731
-    lines = [
-        "# Retrieval service under hostile clients (loopback)",
-        "",
-        f"`drmas-retrieval serve {args.serve_args or '(default flags)'}` (BM25 over {corpus}), restarted for "
-        "each mix. Each hostile "
-        f"mix is {args.clients} clients in its own process for {args.seconds:.0f} s; the ordinary client is one "
-        f"keep-alive session sending one-question requests (topk 3) back to back from {args.warmup:.0f} s into "
-        "the mix, a 503 retried after 0.1 s (latency counted until the 200). Server, attackers and the ordinary "
-        "client share the machine's cores.",
-        "",
-        f"Rule: peak RSS under the bound the service states, and the ordinary client's p99 within "
-        f"{args.p99_multiple:g}x its unloaded p99.",
-        "",
-        "| mix | peak RSS MiB | stated bound MiB | under bound | ordinary requests | p50 ms | p99 ms "
-        "| p99 / unloaded p99 | within rule | 503 retries | probes (status) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        ratio = r["p99_ms"] / base
-        lines.append(
-            f"| {r['mix']} | {mib(r['peak_rss'])} | {mib(r['bound'])} | {r['peak_rss'] < r['bound']} "
-            f"| {r['requests']} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.1f} "
-            f"| {ratio <= args.p99_multiple} | {r['retries']} | {', '.join(map(str, r['probes'].values()))} |"
-        )
-    lines += ["", f"Probes, in order: {', '.join(PROBES)}.", "", "What the attackers saw:", ""]
-    lines += [f"- {r['mix']}: `{json.dumps(r['attackers'])}`" for r in rows if r["attackers"]]
-    lines += ["", "Server gauges at the end of each mix (/health):", ""]
-    lines += [f"- {r['mix']}: `{json.dumps(r['health'])}`" for r in rows]
-    lines += ["", "`uptime` before each mix:", ""] + [f"- {r['mix']}: `{r['uptime']}`" for r in rows]
-    cmd = " ".join(["python", "-m", "drmas_benchmarks.service_load", *sys.argv[1:]])
-    lines += ["", f"Machine: {cpu_line()}, shared with other jobs.", "", f"Reproduce: `.venv/bin/{cmd}`"]
-    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,11 +214,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=300, help="clients per hostile mix")
     parser.add_argument("--seconds", type=float, default=30, help="length of each mix")
     parser.add_argument("--warmup", type=float, default=5, help="seconds of each mix before the ordinary client")
+    parser.add_argument("--idle", type=int, default=3000, help="connections of the idle mix")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="attackers on one core, server and ordinary client on the others (a model of remote attackers)",
+    )
     parser.add_argument("--hold", type=float, default=35, help="seconds a non-reading client keeps its socket")
     parser.add_argument("--baseline-requests", type=int, default=300, help="ordinary requests, unloaded")
     parser.add_argument("--p99-multiple", type=float, default=100, help="the stated multiple of unloaded p99")
     parser.add_argument("--serve-args", default="", help="extra flags for `drmas-retrieval serve`")
-    parser.add_argument("--mixes", default="all", help="all, or comma-separated mix numbers 1-4")
+    parser.add_argument("--mixes", default="all", help="all, or comma-separated mix numbers 1-5")
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown report (and .json beside it)")
     args = parser.parse_args(argv)
     from drmas_envs.search.retrievers import build_index

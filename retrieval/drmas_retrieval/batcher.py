@@ -1,15 +1,18 @@
 """Fair dynamic batching: queries from many clients share retriever calls, and no client holds the line.
 
-Handlers submit jobs (threads through `submit`, asyncio tasks through `asubmit`). Each query gets a
-virtual finish tag on its client's clock (start-time fair queueing): a client's next query starts
-where its previous one finished, or at the virtual time now being served if it has been idle, and
-finishes its cost later: its share of a call, its characters plus its k hits at
+Handlers submit jobs (threads through `submit`, asyncio tasks through `asubmit`). Each query gets
+virtual start and finish tags on its client's clock (start-time fair queueing): a client's next query
+starts where its previous one finished, or at the virtual time now being served if it has been idle,
+and finishes its cost later: its share of a call, its characters plus its k hits at
 `max_batch_chars / max_batch_hits` characters each. One worker thread builds each retriever call
-from the queries with the smallest tags, up to `max_batch` queries, `max_batch_chars` characters and
-`max_batch_hits` hits, so a heavy request is split across calls and interleaved with everyone else's:
-a short request that arrives behind it goes ahead of the heavy request's later queries. A client's
-wait grows with the number of clients active at once (each gets an equal share of the calls), not
-with the size of their requests. Nothing waits on a timer: an idle service answers a lone
+from the queries with the smallest start tags (the cheaper first among equal starts), up to
+`max_batch` queries, `max_batch_chars` characters and `max_batch_hits` hits, so a heavy request is
+split across calls and interleaved with everyone else's: a short request that arrives behind it
+goes ahead of the heavy request's later queries. Ordering by start, not finish, tags keeps a newly
+active client's wait to about one call: its start (the virtual time being served) is at or below
+every waiting query's, whereas its finish tag can lie beyond every other client's next expensive
+query. A client's share shrinks with the number of clients active at once, not with the size of
+their requests. Nothing waits on a timer: an idle service answers a lone
 request at once, and under load calls fill with many clients' queries. One worker also means the
 retriever is never called concurrently.
 
@@ -122,7 +125,7 @@ class Batcher:
         self.max_pending = max_pending
         self.max_pending_per_client = max_pending_per_client or max_pending
         self.budget = budget
-        self._heap: list[tuple[float, int, float, _Job, int]] = []
+        self._heap: list[tuple[float, float, int, _Job, int]] = []  # (start, finish, seq, job, index)
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._vtime = 0.0
@@ -206,7 +209,7 @@ class Batcher:
             cost_k = job.k * self.max_batch_chars / self.max_batch_hits  # hits priced in characters
             for i, q in enumerate(job.queries):
                 start, tag = tag, tag + len(q) + cost_k + 1
-                heapq.heappush(self._heap, (tag, next(self._seq), start, job, i))
+                heapq.heappush(self._heap, (start, tag, next(self._seq), job, i))
             self._finish[client] = tag
             self._pending += n
             self._by_client[client] = mine + n
@@ -259,11 +262,11 @@ class Batcher:
         self._worker.join(timeout=5)
 
     def _take_batch(self) -> tuple[list[tuple[_Job, int]], int]:
-        """The queries with the smallest tags that fit one call, and the call's k. Holds the lock."""
+        """The queries with the smallest start tags that fit one call, and the call's k. Holds the lock."""
         batch: list[tuple[_Job, int]] = []
         chars = k = 0
         while self._heap and len(batch) < self.max_batch:
-            _, _, start, job, i = self._heap[0]
+            start, _, _, job, i = self._heap[0]
             if job.done.is_set():  # cancelled or failed: its queries were settled then
                 heapq.heappop(self._heap)
                 self._dead -= 1

@@ -180,6 +180,43 @@ def test_batcher_drains_pending_requests_into_one_call():
     batcher.close()
 
 
+class SteppedRetriever:
+    """Each call waits for its own release; `calls` lists each call's queries as it starts."""
+
+    def __init__(self):
+        self.calls, self.steps = [], threading.Semaphore(0)
+
+    def search(self, queries, k):
+        self.calls.append(list(queries))
+        self.steps.acquire(timeout=10)
+        return [[] for _ in queries]
+
+
+def test_a_newly_active_client_goes_in_the_next_call_ahead_of_other_clients_expensive_queries():
+    retriever = SteppedRetriever()
+    batcher = Batcher(retriever, max_batch_chars=100)
+
+    def until(ready):
+        while not ready():
+            threading.Event().wait(0.01)
+
+    with ThreadPoolExecutor(13) as pool:
+        futures = [pool.submit(batcher.submit, ["first"], 1, 30)]
+        until(lambda: retriever.calls)  # the worker is blocked inside the first call
+        futures += [pool.submit(batcher.submit, ["h" * 100] * 3, 1, 30, client=f"heavy{i}") for i in range(10)]
+        futures.append(pool.submit(batcher.submit, ["l" * 5] * 40, 1, 30, client="light"))
+        until(lambda: batcher.pending == 71)
+        retriever.steps.release()
+        until(lambda: len(retriever.calls) == 2)  # cheap queries advanced the virtual time: a new client arrives
+        futures.append(pool.submit(batcher.submit, ["who directed it?"], 1, 30, client="ordinary"))
+        until(lambda: batcher.pending == 71)
+        retriever.steps.release(100)
+        assert all(f.result() is not None for f in futures)
+    ordinary = next(i for i, call in enumerate(retriever.calls) if "who directed it?" in call)
+    assert ordinary == 2, retriever.calls[:ordinary]  # the call after the one running when it arrived
+    batcher.close()
+
+
 def test_async_and_thread_submissions_share_batches_and_time_out_cleanly(caplog):
     caplog.set_level(logging.ERROR)
     retriever = GatedRetriever()
