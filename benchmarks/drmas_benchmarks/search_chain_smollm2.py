@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import drmas_envs
-from drmas_train.engines.resolve import resolve_model
+from drmas_benchmarks.search_format_smollm2 import load_smollm2
 
 ENV = {"world": "held-out", "split": "validation", "open_tags": True, "max_steps": 3, "topk": 2}
 CLOSE = re.compile(r"</(search|answer|verify)>")
@@ -69,10 +68,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/search_chain_smollm2.md")
     args = ap.parse_args()
     torch.manual_seed(0)
-    path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok, model = load_smollm2()
     lines = [f"# {__doc__.splitlines()[0]}", "", " ".join(__doc__.split("\n\n")[1].split()), ""]
     lines += ["| prompt layout | hops | EM (greedy) | first query = entity | second query = middle entity | s |"]
     lines += ["|---|---|---|---|---|---|"]

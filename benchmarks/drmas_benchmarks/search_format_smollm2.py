@@ -28,6 +28,14 @@ from drmas_train.engines.resolve import resolve_model
 PROMPTS = {"search-3agent": THREE_AGENT, "search-2agent": TWO_AGENT, "search-1agent": ONE_AGENT}
 
 
+def load_smollm2() -> tuple[AutoTokenizer, AutoModelForCausalLM]:
+    """SmolLM2-135M-Instruct in fp32 for batched generation: its tokenizer (padding on the left) and model."""
+    path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    return tok, AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
 def without_examples(prompts: dict[str, PromptTemplate]) -> dict[str, PromptTemplate]:
     """The same templates with their system prompts cut before the worked examples."""
     return {role: PromptTemplate(system=t.system.split("\n\nExample")[0], user=t.user) for role, t in prompts.items()}
@@ -54,10 +62,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
     torch.manual_seed(0)
-    path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok, model = load_smollm2()
     print(f"{args.env}, {args.n} questions x k={args.k}, temperature {args.temperature}, {args.max_new_tokens} tokens")
     print("| prompts | " + " | ".join(f"{a} well-formed (calls)" for a in PROMPTS[args.env]) + f" | avg@{args.k} |")
     print("|---|" + "---|" * (len(PROMPTS[args.env]) + 1))
