@@ -41,6 +41,8 @@ from drmas_train.testing.standin_hub import (
     hf_download,
 )
 
+pytestmark = pytest.mark.xdist_group("paper_guide")  # one worker builds the module's rehearsal, once
+
 PRESET = "math-2x-qwen3-4b"
 SMOKE_SET = {  # appended to the plan and train lines as --set, as the guide says: plan with the --set you train with
     "models.backend": "transformers",  # no GPU and no vLLM: the learner's own weights generate

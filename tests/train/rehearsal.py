@@ -64,7 +64,7 @@ MAY_CHANGE = (
     "env.kwargs.retriever",
 )
 
-FULL_LENGTH = "math-2x-qwen3-4b"
+FULL_LENGTH = "search-3x-qwen2.5-3b"
 """The preset rehearsed at its own prompt and response caps; the others run at `SHORTEN` of theirs."""
 
 SHORTEN = 16
