@@ -18,6 +18,7 @@ from drmas_envs.search.retrievers.dense import load_model, passage_text, resolve
 from drmas_envs.search.retrievers.faiss_retriever import FaissRetriever
 from drmas_envs.search.retrievers.rerank import FLAT_COPY, read_refine
 from drmas_envs.search.world import generate_world
+from drmas_retrieval import ServiceConfig
 from drmas_retrieval.cli import main
 from drmas_retrieval.server import serve_in_thread
 
@@ -41,7 +42,7 @@ def reference_files(tmp_path_factory):
 
 
 def _served_titles(retriever, k=3):
-    server, thread = serve_in_thread(retriever, None)
+    server, thread = serve_in_thread(retriever, ServiceConfig(port=0))  # a free port: tests run side by side
     try:
         hits = HTTPRetriever(server.url).search([QUESTION, "capital of Poland"], k)
     finally:
