@@ -20,8 +20,8 @@ def cpu_model() -> str:
 def cpu_line() -> str:
     """The CPU model, its widest vector extension (AVX-512 / AVX2) and native bf16 units, and the core count.
 
-    Figures differ by these: fp32 matmul speed follows the vector width, and bf16 is ~100x slower on a CPU
-    without native bf16 (docs/scaling.md); the bf16 flags are those `models.gen_dtype: auto` reads.
+    Figures differ by these: fp32 matmul speed follows the vector width, and bf16 matmul is far slower on a
+    CPU without native bf16 (docs/measurements.md); the bf16 flags are those `models.gen_dtype: auto` reads.
     """
     flags = cpu_flags()
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"

@@ -36,8 +36,8 @@ CASES = {
 }
 """Name -> model and batch shape: records of `prompt` + `response` tokens, two micro-batches of `micro` records.
 The 0.5B model trains in bf16 (weights, gradients, AdamW moments and activations at 2 bytes): its fp32 state
-alone would be 7.9 GB, more than this shared 24 GB machine can spare safely; bf16 also checks the model's
-dtype arithmetic (this CPU has native bf16: AVX512_BF16)."""
+alone would be 7.9 GB (16 bytes per parameter), more than a shared development machine can spare safely;
+bf16 also checks the model's dtype arithmetic (on a CPU with native bf16, AVX512_BF16)."""
 
 CHILD = r"""
 import json, sys, time

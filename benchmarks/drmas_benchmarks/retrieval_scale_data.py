@@ -3,14 +3,13 @@
 Text: the real passages of ../shared/data/corpus/wiki_passages.jsonl.gz (read by path, never copied),
 then filler passages up to `n`, each three sentences drawn at random (seed 0) from a pool of real
 sentences, titled with the first sentence's article and a number. Vectors (all-MiniLM-L6-v2, 384 dims,
-unit length, inputs cut at `MAX_TOKENS` word pieces: full passages embed ~4x slower):
+unit length, inputs cut at `MAX_TOKENS` word pieces, since whole passages take far longer to embed):
 - every passage the encoder has been run on (`--real-limit`, `--filler-limit`; all by default): the
   encoder's embedding of "title. text" (first `MAX_TOKENS` word pieces);
 - any passage past those limits: the normalised mean of the encoder's embeddings of three pool
   sentences, a stand-in made of real MiniLM outputs for quick runs (see `encoded` in the results).
-With `--bf16` (on where the CPU has native bf16) the encoder's matmuls run under bf16 autocast: 407 vs
-218 passages/s here at 32 word pieces, cosine to the fp32 embedding 0.99999 (AMD EPYC AVX512_BF16,
-2 cores, load 1.7).
+With `--bf16` (on where the CPU has native bf16) the encoder's matmuls run under bf16 autocast, which
+embeds faster there and stays close to the fp32 embedding (the cosine: benchmarks/results/retrieval_scale.md).
 
 Everything is cached under the work folder, so the benchmark can be rerun without re-embedding.
 

@@ -6,7 +6,8 @@ words drawn from the corpus's own word list, and gets the title "<title> (<c>)".
 vocabulary and term statistics stay realistic. Queries: HotpotQA dev questions
 (../shared/data/search/hotpotqa_dev.jsonl). Every figure is top-3, end to end through
 `BM25Retriever.search` (tokenising, scoring, building Passage objects). rank-bm25 is timed on a small
-sample of the same queries (about 0.2 s per query), with the same tokeniser, `get_scores` + top-3.
+sample of the same queries (it scores every passage for each query), with the same tokeniser,
+`get_scores` + top-3.
 Each library runs in its own subprocess so that build memory (RSS growth) is measured cleanly.
 
     .venv/bin/python -m drmas_benchmarks.retrieval_speed [--n-passages 100000] [--queries 1000] [--rank-queries 20]

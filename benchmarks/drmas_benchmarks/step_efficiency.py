@@ -1,6 +1,6 @@
 """Step efficiency, side by side: drmas-train's step against the plain floor and TRL's GRPOTrainer.
 
-    .venv/bin/python -m drmas_benchmarks.step_efficiency      # every row: about 75 min on 2 quiet cores (estimated)
+    .venv/bin/python -m drmas_benchmarks.step_efficiency      # every row (the longest run)
     .venv/bin/python -m drmas_benchmarks.step_efficiency --rows drmas-transformers,floor --steps 3
 
 Setting (the issue's): math-1agent, SmolLM2-135M-Instruct fp32 (resolved offline), 8 prompts x 4

@@ -7,7 +7,7 @@ Both start together; only one runs at a time: each gets `--slice` seconds, then 
 its process group) while the other runs (SIGCONT), until both exit. Each command's *active* time (the
 seconds it was allowed to run, up to its exit) is the wall time it would have taken alone on a host
 that varied as this one did over the pair, so the ratio of the two is fair where back-to-back runs are
-not: on a shared VM the same run's wall time moved by 1.4x within an hour
+not: on a shared VM the same run's wall time can move by more than the change being timed
 (benchmarks/results/learner_precision.md, "Later: a slower host").
 
 What it assumes: the commands keep no wall-clock deadlines (a stopped process misses them), and both fit

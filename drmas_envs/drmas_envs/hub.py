@@ -193,5 +193,5 @@ def not_found(
     env_hint = "" if dirs else f", then pass data_dir={target} or set ${DATA_DIR_ENV}={target}"
     return DatasetNotFoundError(
         f"dataset {dataset!r} not found. Looked in: {where}. Hub: {hub_reason}. "
-        f"To provide it: {' '.join(howto)}{env_hint} (see docs/paper_data.md)."
+        f"To provide it: {' '.join(howto)}{env_hint} (see docs/paper_runs.md)."
     )

@@ -29,8 +29,8 @@ class PromptTemplate:
     `reply_prefix` is the start of the role's reply, written for it: the policy continues it (the
     trainer appends its tokens to the prompt) and the env parses `reply_prefix + action`. A small
     model that rarely opens the required tag on its own writes a valid verdict every time once the tag
-    is opened for it (docs/default_run.md, "Verdict tags"). Empty by default: the model
-    writes its whole reply.
+    is opened for it (benchmarks/results/cpu_default/README.md, "Verdict tags"). Empty by default: the
+    model writes its whole reply.
     """
 
     system: str

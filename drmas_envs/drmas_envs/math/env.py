@@ -39,7 +39,7 @@ class MathEnvConfig:
     """A JSONL/Parquet path (fields problem, answer, optional id, source), a known name (math500, aime24,
     aime25, amc23, minerva, olympiadbench, gsm8k, math_train, dapo, dapo_filter, ...), a mix (the paper's
     validation set `math_test_sampled`, its final test set `math_test`), or None for the generated problems.
-    The paper trains on `dapo_filter` (docs/paper_data.md says how to fetch each set once)."""
+    The paper trains on `dapo_filter` (docs/paper_runs.md says how to fetch each set once)."""
     split: str | None = None
     """The split of a known or generated dataset ("train"/"test"); None: the dataset's default
     ("train" for the generated set)."""
@@ -69,12 +69,13 @@ class MathEnvConfig:
     reject one that grades wrong). 0, as in the paper and the reference code: the Verifier trains on the
     team reward alone, which barely separates its verdicts (rejecting a right attempt costs nothing when
     the retry is right too); a small judging Verifier can settle on one verdict either way
-    (docs/default_run.md). The `cpu` preset sets 1.0."""
+    (benchmarks/results/cpu_default/README.md). The `cpu` preset sets 1.0."""
     verifier_mode: VerifierMode = "judge"
     """How the Verifier decides. "judge" (the paper): it reads the attempt and writes a verdict tag.
     "recompute": it solves the problem itself without seeing the attempt (`prompts.VERIFIER_RECOMPUTE`),
     and the attempt is approved iff the two answers are equivalent: checking by solving again, for
-    models too small to judge (the cpu preset; docs/default_run.md). Not combinable with `verdict_first`."""
+    models too small to judge (the cpu preset; benchmarks/results/cpu_default/README.md). Not combinable
+    with `verdict_first`."""
     review_malformed: bool = True
     """Show a malformed Solver attempt (no answer box) to the Verifier, as the paper does; False skips its
     review and asks for the next attempt at once, so the Verifier only judges answers (its `verdicts`

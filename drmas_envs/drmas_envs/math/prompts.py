@@ -24,9 +24,9 @@ from typing import Literal
 
 from drmas_envs.workflow import PromptTemplate
 
-# The worked examples in the system prompts are there for small models: SmolLM2-135M never boxed its
-# answer without one (0/32 greedy on level 1) and boxed 15/32 with it, lifting accuracy from 0 to 0.34
-# (docs/math.md). They cost a large model nothing.
+# The worked examples in the system prompts are there for small models: without one SmolLM2-135M almost
+# never boxes its answer, so every graded reward is 0 and RL has nothing to learn from; with one it boxes
+# about half of them (docs/math.md, benchmarks/results/math_levels_smollm2.md). They cost a large model nothing.
 SOLVER = PromptTemplate(
     system=(
         "You are the Solver in a math team. Solve the problem step by step, then give the final answer "
@@ -52,8 +52,8 @@ VERIFIER = PromptTemplate(
 # The verdict first, then the reason (`make(..., verdict_first=True)`), with the tag opened for the
 # model (`reply_prefix`): the policy only chooses `approve` or `reject`. A small model that rambles
 # runs out of tokens before a closing verdict, or never opens the tag; with the prefix every reply
-# holds one (SmolLM2-135M's figures: docs/default_run.md, "Verdict tags"). A large model loses its
-# reasoning-before-verdict, so this is not the default.
+# holds one (SmolLM2-135M's figures: benchmarks/results/cpu_default/README.md, "Verdict tags"). A large
+# model loses its reasoning-before-verdict, so this is not the default.
 VERIFIER_VERDICT_FIRST = PromptTemplate(
     system=(
         "You are the Verifier in a math team. Check whether the Solver's final answer is correct. "

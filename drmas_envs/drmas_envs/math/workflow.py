@@ -26,19 +26,20 @@ judge the attempt: it solves the problem itself, without seeing the attempt, and
 the verdict: approve iff it is equivalent to the attempt's answer (an attempt without an answer is
 rejected; a Verifier reply without an answer is malformed and counts as `missing_verdict`). Checking
 by solving again is for models too small to judge an attempt but able to solve the problem (the cpu
-preset; docs/default_run.md, "The Verifier, three ways").
+preset; benchmarks/results/cpu_default/README.md, "The Verifier, three ways").
 
 With `review_malformed = False` (True by default, as in the paper) a malformed attempt is not
 shown to the Verifier: the next attempt follows at once (the last attempt still ends the episode).
 The Verifier then only judges answers, so it cannot learn that "reject" is right merely because an
 untrained Solver's attempts mostly have no answer (it can still learn it while most boxed answers are
-wrong: docs/default_run.md).
+wrong: benchmarks/results/cpu_default/README.md).
 
 With `verdict_reward = w > 0` (0 by default, as in the paper) a Verifier call also earns `w` when
 its verdict is right: approve an attempt that grades right, reject one that grades wrong (a
 malformed verdict earns nothing). The team reward alone barely tells the Verifier which verdicts
 are right (rejecting a right attempt costs nothing when the retry is right too), so a small judging
-Verifier can settle on one verdict for every attempt, with or without this reward (docs/default_run.md).
+Verifier can settle on one verdict for every attempt, with or without this reward
+(benchmarks/results/cpu_default/README.md).
 
 Each Verifier call carries a stratum (`Score.call_stratum`): "right" or "wrong", the grade of the
 attempt it reviewed. A learner can balance over it (`drmas-train`'s `algo.balance_strata`) so that a

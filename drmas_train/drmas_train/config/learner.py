@@ -86,8 +86,8 @@ class PPOConfig:
     forward: Forward = "auto"
     """plain (a padded row per record), shared_prefix (a micro-batch packed as a prefix tree: each shared
     prompt prefix computed once, exact) or auto (shared_prefix when the tree saves a quarter of the tokens;
-    its speed-up on a replayed math-2agent batch: docs/scaling_design.md). Not in the reference (verl runs
-    every sequence whole)."""
+    its speed-up on replayed math and search batches: benchmarks/results/scaling_notes.md). Not in the
+    reference (verl runs every sequence whole)."""
     logits_chunk_mib: float = 128.0
     """The LM head and log-softmax run on chunks of response positions whose fp32 logits fit in this many
     MiB (220 positions at Qwen's 151,936-token vocabulary, 682 at SmolLM2's 49,152); beyond one chunk,
@@ -96,9 +96,10 @@ class PPOConfig:
     """Mixed precision: bfloat16 runs the forward and backward matmuls in bf16 (autocast) while the weights,
     gradients and AdamW state stay fp32 (master weights), as verl's FSDP mixed precision does; the LM head
     and log-softmax stay fp32, so log-probs keep fp32 resolution. auto: bfloat16 where bf16 matmul is
-    native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 is ~100x slower on
-    AVX2-only CPUs). float32 (the default): exact fp32. Moot when `models.dtype` is bfloat16 (the weights
-    themselves are bf16, with no fp32 master). Reference (verl): bf16 compute, fp32 master weights."""
+    native (a GPU with bf16, a CPU with AVX512_BF16 or AMX), float32 elsewhere (bf16 matmul is far slower
+    than fp32 on AVX2-only CPUs: docs/measurements.md). float32 (the default): exact fp32. Moot when
+    `models.dtype` is bfloat16 (the weights themselves are bf16, with no fp32 master). Reference (verl): bf16
+    compute, fp32 master weights."""
     head_dtype: HeadDtype = "float32"
     """The LM head's matmul under bf16 compute: float32 (the default: logits, hence log-probs and PPO ratios,
     at fp32 resolution) or compute (bf16 like the body, as verl's mixed precision runs it: logits rounded to

@@ -106,7 +106,7 @@ class RolloutConfig:
     max_staleness: int = 0
     """k: how many weight versions older than the weights being trained a sample may be. 0: the synchronous
     loop (generate, then update, then push). k >= 1: a producer thread rolls out the next k steps while
-    the learner updates (docs/async.md), and `learner.old_logprobs` must be decoupled or sampled. The
+    the learner updates (docs/training.md), and `learner.old_logprobs` must be decoupled or sampled. The
     reference has no asynchronous path, so its presets keep 0."""
 
     def __post_init__(self) -> None:

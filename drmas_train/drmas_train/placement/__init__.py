@@ -24,7 +24,7 @@ Rollout pool (`rollout_pool`, default None: the engines live with their learners
 colocated hybrid engine): set, every model's engine runs in an `EngineActor` on that pool and the
 workers only train; after each update a worker pushes the new weights, versioned, to its models'
 engine actors through Ray, and the rollout samples from those actors directly, so with
-`rollout.max_staleness` >= 1 generation overlaps the update (`rollout_pool`, docs/async.md).
+`rollout.max_staleness` >= 1 generation overlaps the update (`rollout_pool`, docs/training.md).
 
 Data parallel: a pool of `ranks` > 1 bundles trains its models on every bundle. Every update goes to
 all ranks at once, each computes its share of the micro-batches and the gradients are summed over
@@ -37,7 +37,7 @@ own shards. A vLLM engine cannot live in a data-parallel
 process (it takes torch.distributed's default group), so a data-parallel rank's vLLM engines run in
 `EngineActor`s on its bundle and receive the weights through Ray. On GPUs, vLLM's external-launcher
 mode (one engine inside each training process, sharing its device) is the design that avoids the
-actor hop; docs/scaling.md says where it stands.
+actor hop; docs/gpus.md says where it stands.
 
 Ray is started locally (with at least as many logical CPUs as the pools ask for) or joined
 (`ray_address`, e.g. "auto" or "ray://head:10001"), so a multi-node run needs no code change.

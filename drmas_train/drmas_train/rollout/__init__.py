@@ -3,7 +3,7 @@
 - `episodes`: B tasks x n episodes in lock-step, every call recorded (`rollout`, `RolloutBatch`).
 - `versions`: the weight version each call sampled with (`WeightClock`, `VersionedBackend`) and the
   staleness of a batch (`staleness_stats`, `drop_stale_groups`).
-- `pipeline`: bounded-staleness asynchronous training's producer (`RolloutProducer`, docs/async.md).
+- `pipeline`: bounded-staleness asynchronous training's producer (`RolloutProducer`, docs/training.md).
 """
 
 from drmas_train.rollout.episodes import (

@@ -2,7 +2,7 @@
 
 `rollout.max_staleness: k`. With k = 0 the trainer runs the synchronous loop (no thread). With
 k >= 1 a `RolloutProducer` thread rolls out the batches of steps t + 1, ..., t + k while the main
-thread trains step t (docs/async.md). The choices, each stated once:
+thread trains step t (docs/training.md). The choices, each stated once:
 
 - Versions: a weight version is the number of training steps the weights have taken. Every call
   records the version that sampled it (`CallRecord.weight_version`, also in trajectories.jsonl).
