@@ -71,13 +71,23 @@ SHORTEN = 16
 """The others' caps are divided by this: their engines, pools, layouts and env options are what differ
 between presets, and at full length each search preset's rehearsal took minutes of the suite."""
 
+SHORT_RANKS = 2
+"""The others' pools run at this many data-parallel ranks (the strategy, models and engines as the preset
+says): every rank past the second runs the same collectives on another process that starts torch and
+builds its shards, which is most of a rehearsal's start-up on two cores. The full-length rehearsal runs
+its preset's own ranks (4), and tests/train/test_distributed.py checks 2 and 3 ranks against one process."""
+
 MAY_CHANGE_SHORT = (
     "rollout.max_prompt_tokens",
     "rollout.max_new_tokens",
     "agents.",  # only their `max_new_tokens` (checked by the test)
     "models.engine.max_model_len",
+    "placement.shared_pool.ranks",
+    "placement.default_pool.ranks",
+    "placement.pools.",  # their `ranks` too (checked by the test)
 )
-"""What a shortened rehearsal may change besides `MAY_CHANGE`: the caps, and the engine length they derive."""
+"""What a shortened rehearsal may change besides `MAY_CHANGE`: the caps, the engine length they derive,
+and the pools' ranks (`SHORT_RANKS`)."""
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 """The real benchmark data beside the checkout (absent on a user's machine: made-up items stand in)."""
@@ -235,6 +245,11 @@ def overrides(
         out[f"placement.pools.{name}.gpus"] = 0.0
     if short:
         out.update(shortened_caps(data))
+        for pool in ("shared_pool", "default_pool"):
+            if pool in placement:
+                out[f"placement.{pool}.ranks"] = min(SHORT_RANKS, placement[pool].get("ranks", 1))
+        for name, size in placement.get("pools", {}).items():
+            out[f"placement.pools.{name}.ranks"] = min(SHORT_RANKS, size.get("ranks", 1))
     env = data.get("env", {})
     max_prompt = out.get("rollout.max_prompt_tokens", data.get("rollout", {}).get("max_prompt_tokens", 2048))
     for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():

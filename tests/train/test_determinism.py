@@ -67,10 +67,11 @@ def test_learner_gradient_repeats_bit_for_bit_while_another_process_competes_for
 
 def _short_cpu_run(run_dir) -> None:
     """One step of the cpu preset's model, engine and learner with fewer prompts and shorter responses (a
-    cut response is as deterministic as a finished one, and generation is most of a run's time): a
-    validation before it and one after (the engine serving the updated weights), and a checkpoint."""
+    cut response is as deterministic as a finished one, and generation is most of a run's time), its
+    validation after the step (the engine serving the updated weights), and a checkpoint."""
     sets = {
         "steps": 1,
+        "eval.before_train": False,
         "rollout.prompts_per_step": 1,
         "rollout.max_new_tokens": 16,
         "eval.n_problems": 1,
@@ -90,7 +91,7 @@ def test_two_short_runs_of_the_cpu_preset_with_one_seed_give_identical_metrics(t
     for name in ("a", "b"):
         _short_cpu_run(tmp_path / name)
     first = read_jsonl(tmp_path / "a" / "metrics.jsonl")
-    assert len(first) == 2  # the validation before step 1, then step 1 and its validation
+    assert len(first) == 1  # step 1 and its validation
     assert "val/avg@4" in first[-1] and "grad_norm/shared" in first[-1]
     assert compare_runs.differences(tmp_path / "a", tmp_path / "b") == []
 

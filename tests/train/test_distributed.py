@@ -31,6 +31,9 @@ from drmas_train.learner.distributed import (
 from drmas_train.testing.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow
+# The ranks fork from one server that imported torch, transformers and this module once for every case,
+# rather than each rank of each case importing them again (most of a case's time on two cores).
+mp.set_forkserver_preload(["torch", "transformers", __name__])
 
 
 def records(n: int, vocab: int, *, adapters=(None,), seed: int = 0) -> list[CallRecord]:
@@ -155,7 +158,7 @@ def folder(tmp_path_factory):
 def spawn(world, folder, batch, micro, lora, tmp_path, strategy="replicate", ppo=None) -> list[dict]:
     _, port = rendezvous_address()
     args = (world, port, folder, batch, micro, lora, strategy, ppo, str(tmp_path))
-    mp.spawn(_rank_main, args=args, nprocs=world, join=True)
+    mp.start_processes(_rank_main, args=args, nprocs=world, join=True, start_method="forkserver")
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 

