@@ -56,7 +56,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`, fail the worker if a test marked `xdist_group` lost its group."""
-    if not (os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup")):
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
         return
     lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:
