@@ -238,18 +238,14 @@ def overrides(
     for agent, name in (models.get("per_agent_names") or {}).items():
         out[f"models.per_agent_names.{agent}"] = stand_in(name)
     placement = data.get("placement", {})
-    for pool in ("shared_pool", "default_pool"):
-        if pool in placement:
-            out[f"placement.{pool}.gpus"] = 0.0
-    for name in placement.get("pools", {}):
-        out[f"placement.pools.{name}.gpus"] = 0.0
+    pools = {f"placement.{p}": placement[p] for p in ("shared_pool", "default_pool") if p in placement}
+    pools.update({f"placement.pools.{name}": size for name, size in placement.get("pools", {}).items()})
+    for key, size in pools.items():
+        out[f"{key}.gpus"] = 0.0
+        if short:
+            out[f"{key}.ranks"] = min(SHORT_RANKS, size.get("ranks", 1))
     if short:
         out.update(shortened_caps(data))
-        for pool in ("shared_pool", "default_pool"):
-            if pool in placement:
-                out[f"placement.{pool}.ranks"] = min(SHORT_RANKS, placement[pool].get("ranks", 1))
-        for name, size in placement.get("pools", {}).items():
-            out[f"placement.pools.{name}.ranks"] = min(SHORT_RANKS, size.get("ranks", 1))
     env = data.get("env", {})
     max_prompt = out.get("rollout.max_prompt_tokens", data.get("rollout", {}).get("max_prompt_tokens", 2048))
     for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():
