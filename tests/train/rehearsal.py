@@ -67,6 +67,11 @@ MAY_CHANGE = (
 FULL_LENGTH = "search-3x-qwen2.5-3b"
 """The preset rehearsed at its own prompt and response caps; the others run at `SHORTEN` of theirs."""
 
+FULL_LENGTH_STEPS = 1
+"""The full-length rehearsal's env step budget (the preset's is 4): each episode's verdict and answer (or
+search) run at the caps. A stand-in's verdicts are noise, and every call of every round is cut to its caps,
+so the preset's further rounds repeat the same shapes; the shortened rehearsals keep their presets' budgets."""
+
 SHORTEN = 16
 """The others' caps are divided by this: their engines, pools, layouts and env options are what differ
 between presets, and at full length each search preset's rehearsal took minutes of the suite."""
@@ -88,6 +93,9 @@ MAY_CHANGE_SHORT = (
 )
 """What a shortened rehearsal may change besides `MAY_CHANGE`: the caps, the engine length they derive,
 and the pools' ranks (`SHORT_RANKS`)."""
+
+MAY_CHANGE_FULL = ("env.kwargs.max_steps",)
+"""What the full-length rehearsal may change besides `MAY_CHANGE`: the env's step budget (`FULL_LENGTH_STEPS`)."""
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 """The real benchmark data beside the checkout (absent on a user's machine: made-up items stand in)."""
@@ -246,6 +254,8 @@ def overrides(
             out[f"{key}.ranks"] = min(SHORT_RANKS, size.get("ranks", 1))
     if short:
         out.update(shortened_caps(data))
+    elif "max_steps" in data.get("env", {}).get("kwargs", {}):
+        out["env.kwargs.max_steps"] = FULL_LENGTH_STEPS
     env = data.get("env", {})
     max_prompt = out.get("rollout.max_prompt_tokens", data.get("rollout", {}).get("max_prompt_tokens", 2048))
     for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():

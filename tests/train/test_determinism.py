@@ -66,13 +66,14 @@ def test_learner_gradient_repeats_bit_for_bit_while_another_process_competes_for
 
 
 def _short_cpu_run(run_dir) -> None:
-    """One step of the cpu preset's model, engine and learner with fewer prompts and shorter responses (a
-    cut response is as deterministic as a finished one, and generation is most of a run's time), its
-    validation after the step (the engine serving the updated weights), and a checkpoint."""
+    """One step of the cpu preset's model, engine and learner with one prompt in groups of two and shorter
+    responses (a cut response is as deterministic as a finished one; two answers still give a group its
+    baseline), its validation after the step (the engine serving the updated weights), and a checkpoint."""
     sets = {
         "steps": 1,
         "eval.before_train": False,
         "rollout.prompts_per_step": 1,
+        "rollout.group_size": 2,
         "rollout.max_new_tokens": 16,
         "eval.n_problems": 1,
         "log.checkpoint_every": 1,
