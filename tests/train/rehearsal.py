@@ -68,9 +68,9 @@ FULL_LENGTH = "search-3x-qwen2.5-3b"
 """The preset rehearsed at its own prompt and response caps; the others run at `SHORTEN` of theirs."""
 
 FULL_LENGTH_STEPS = 1
-"""The full-length rehearsal's env step budget (the preset's is 4): each episode's verdict and answer (or
-search) run at the caps. A stand-in's verdicts are noise, and every call of every round is cut to its caps,
-so the preset's further rounds repeat the same shapes; the shortened rehearsals keep their presets' budgets."""
+"""The full-length rehearsal's env step budget (its preset's is 4). A stand-in's verdicts are malformed,
+which the preset counts as "yes", so every step is a verdict and an answer, each cut to its caps: further
+steps repeat the same shapes. The shortened rehearsals keep their presets' budgets."""
 
 SHORTEN = 16
 """The others' caps are divided by this: their engines, pools, layouts and env options are what differ
