@@ -10,7 +10,7 @@ set -euo pipefail
 PY=${PY:-python3}
 VENV=${VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q uv
+"$VENV/bin/python" -m pip install -q uv  # also the light-install test's tool: it builds a fresh venv with it
 LINKS=${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}
 FIND=()
 for d in $LINKS; do FIND+=(--find-links "$d"); done
@@ -20,9 +20,8 @@ uvi() { "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" --compile-bytecode "
 # compat mode: plain path entries, so the repo-root folders of the same names never shadow the packages.
 # drmas_train's extras: ray (placement), offline (the GGUF reader of the default model), bench (the figures).
 # pytest before 9.2: pytest-xdist 3.8 groups tests (`xdist_group`) through node ids that 9.2 no longer changes (tests/conftest.py).
-# uv: the light-install test builds its fresh venv with it.
 PKGS=("torch==2.13.0" "transformers>=5,<5.20" -e "./drmas_envs[dense,data,faiss]" -e "./drmas_train[ray,offline,bench,wandb]"
-  -e "./retrieval[asgi]" -e ./benchmarks rank-bm25 ruff "pytest<9.2" pytest-timeout pytest-xdist uv)
+  -e "./retrieval[asgi]" -e ./benchmarks rank-bm25 ruff "pytest<9.2" pytest-timeout pytest-xdist)
 # vLLM on CPU needs exactly torch 2.13.0+cpu; its optional torchvision/torchaudio/torchcodec break its
 # import, and triton is GPU-only: they are left out of the resolution.
 EXCLUDES=$(mktemp)

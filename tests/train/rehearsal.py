@@ -30,7 +30,8 @@ preset (`MAY_CHANGE`, prefixes of dotted config keys):
   every prompt is longer than `max_prompt_tokens` (the rollout cuts it to exactly that); and for
   search the retrieval service the preset names is replaced by a real one on loopback
   (`env.kwargs.retriever`) serving real Wikipedia passages (`paper_search_corpus`). Every other env
-  option stays as the preset says.
+  option stays as the preset says, but for the full-length rehearsal's step budget
+  (`FULL_LENGTH_STEPS`, `MAY_CHANGE_FULL`).
 """
 
 from __future__ import annotations
@@ -254,9 +255,9 @@ def overrides(
             out[f"{key}.ranks"] = min(SHORT_RANKS, size.get("ranks", 1))
     if short:
         out.update(shortened_caps(data))
-    elif "max_steps" in data.get("env", {}).get("kwargs", {}):
-        out["env.kwargs.max_steps"] = FULL_LENGTH_STEPS
     env = data.get("env", {})
+    if not short and "max_steps" in env.get("kwargs", {}):
+        out["env.kwargs.max_steps"] = FULL_LENGTH_STEPS
     max_prompt = out.get("rollout.max_prompt_tokens", data.get("rollout", {}).get("max_prompt_tokens", 2048))
     for key, value in paper_tasks(root / "data", env.get("id", "math-2agent"), max_prompt).items():
         out[f"env.kwargs.{key}"] = value
