@@ -3,7 +3,7 @@
 # (uv's lowest-direct resolution: each direct dependency at its floor), then the env tests in it.
 # No torch, no vLLM, no drmas-train: the env tests that need vLLM are deselected (marker `vllm`), and so
 # is the light-install test (it builds its own venv at the newest versions; the main suite runs it).
-# About 1.5-2 minutes on a 2-core CPU, most of it the tests. Run by .ci/run; by hand: bash scripts/test_lowest_envs.sh
+# Most of its time is the tests. Run by .ci/run; by hand: bash scripts/test_lowest_envs.sh (WORKERS=0: one process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -18,7 +18,7 @@ VPY="$WORK/venv/bin/python"
 cp -r drmas_envs "$WORK/drmas_envs"
 rm -rf "$WORK/drmas_envs/build" "$WORK/drmas_envs/"*.egg-info
 "$UV" pip install -q -p "$VPY" --resolution lowest-direct "$WORK/drmas_envs"
-"$UV" pip install -q -p "$VPY" pytest pytest-timeout  # test tools at their newest: not drmas-envs' floors
+"$UV" pip install -q -p "$VPY" pytest pytest-timeout pytest-xdist  # test tools at their newest: not drmas-envs' floors
 # Every declared floor is what got installed (a floor that cannot be installed here fails the step).
 "$VPY" - drmas_envs/pyproject.toml <<'EOF'
 import importlib.metadata as md
@@ -39,5 +39,6 @@ sys.exit(f"not at the floors: {bad}" if bad else 0)
 EOF
 # From the checkout's tests; the package imported is the venv's copy (checked first).
 "$VPY" -c "import drmas_envs, sys; assert drmas_envs.__file__.startswith(sys.prefix), drmas_envs.__file__"
-"$VPY" -m pytest -q -p no:cacheprovider tests/envs -m "not vllm" \
+# On two workers: many of these tests wait on grading workers (their bounds, their start), not on a core.
+"$VPY" -m pytest -q -p no:cacheprovider -n "${WORKERS:-2}" tests/envs -m "not vllm" \
   --deselect tests/envs/test_light_install.py::test_light_install_has_no_torch_and_works

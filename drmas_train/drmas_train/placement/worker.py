@@ -205,6 +205,16 @@ class PolicyWorker:
 
         return actor_where()
 
+    def engine_pids(self) -> dict[str, int]:
+        """Per policy this rank generates with: the pid of the process its engine runs in (`placement.engines`)."""
+        from drmas_train.placement.engines import ActorBackend
+
+        out = {}
+        for name, policy in self.policies.items() if self.generates else ():
+            backend = getattr(policy.backend, "inner", policy.backend)  # a SleepingEngine wraps it
+            out[name] = backend.pid() if isinstance(backend, ActorBackend) else self.pid()
+        return out
+
     def describe(self) -> dict[str, Any]:
         """Per policy: its agents, adapter and model folder (for the driver's proxies)."""
         return {n: {"agents": p.agents, "adapter": p.adapter, "path": str(p.path)} for n, p in self.policies.items()}
