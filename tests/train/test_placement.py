@@ -205,3 +205,39 @@ def test_sleeping_engines_on_a_sharded_pool_train_as_the_single_process(single_p
     _assert_same_numbers(rows, single_process)
     val = [k for k in single_process[-1] if k.startswith("val/")]
     assert val and all(rows[-1][k] == pytest.approx(single_process[-1][k], abs=1e-9) for k in val)
+
+
+def test_resident_engines_share_an_actor_and_one_that_sleeps_closes_it(local_ray, monkeypatch):
+    """A rank's vLLM engines: resident ones join one actor; vLLM's sleep pool is one per process, so an
+    engine that sleeps is the last in its actor. vLLM sleeps on GPUs only, so stand-in engines (named
+    as such) say whether they sleep; the placement is the real `move_vllm_engines_to_actors`."""
+    import os
+    from types import SimpleNamespace
+
+    from drmas_train.placement import engines
+
+    class StandInEngineActor:  # a stand-in for EngineActor: its engine sleeps iff its path says so
+        def __init__(self, models_cfg, path, lora_rank):
+            self.hosted = [path]
+
+        def host(self, models_cfg, path, lora_rank):
+            self.hosted.append(path)
+            return len(self.hosted) - 1
+
+        def sleep_state(self, engine=0):
+            return (None if self.hosted[engine].startswith("sleeps") else "resident", False)
+
+        def where(self):
+            return {"pid": os.getpid()}
+
+    monkeypatch.setattr(engines, "EngineActor", StandInEngineActor)
+    paths = ["resident-a", "resident-b", "sleeps-c", "resident-d", "sleeps-e", "sleeps-f"]
+    policies = {p: SimpleNamespace(module=object(), path=p, adapter=None, tokenizer=None) for p in paths}
+    policies["shares-a"] = SimpleNamespace(module=policies["resident-a"].module, path="resident-a", adapter=None)
+    engines.move_vllm_engines_to_actors(policies, None, {}, gpus=0.0)
+
+    pid = {name: p.backend.pid() for name, p in policies.items()}
+    actors = [{n for n in pid if pid[n] == v} for v in dict.fromkeys(pid.values())]
+    assert actors == [{"resident-a", "shares-a", "resident-b", "sleeps-c"}, {"resident-d", "sleeps-e"}, {"sleeps-f"}]
+    assert [policies[p].backend.engine for p in paths] == [0, 1, 2, 0, 1, 0]
+    assert policies["shares-a"].backend is policies["resident-a"].backend
