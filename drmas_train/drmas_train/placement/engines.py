@@ -1,4 +1,4 @@
-"""Engines in actors of their own: vLLM beside a data-parallel rank, any engine on a rollout pool.
+"""Engines in Ray actors: vLLM beside a data-parallel rank, any engine on a rollout pool.
 
 `EngineActor` holds one model's engine. Beside a data-parallel rank (a vLLM engine cannot live in a
 data-parallel process) the rank reaches it through `ActorBackend`, and the rank's other models' engines
@@ -228,6 +228,7 @@ def move_vllm_engines_to_actors(
             actor = ray.remote(EngineActor).options(num_cpus=0, num_gpus=share, scheduling_strategy=strategy)
             host = actor.remote(models_cfg, str(policy.path), rank)
             engines[key] = ActorBackend(host, policy.tokenizer)
+        # Waits until the engine is built (and asleep) before the next one starts: vLLM checks free memory.
         if engines[key].resident_because is None:  # it sleeps: no other engine may share its process
             host = None
     for policy in policies.values():
