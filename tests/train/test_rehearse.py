@@ -135,6 +135,8 @@ def test_rehearse(preset, tmp_path, local_ray, request):
     row = rows[0]
     acted = [a for a in trainer.agents if row[f"calls/{a}"] > 0]
     assert acted, "no agent acted"
+    # the full-length rehearsal's step budget holds: at most one call per agent per env step
+    assert short or all(row[f"calls/{a}"] <= rehearsal.FULL_LENGTH_STEPS for a in trainer.agents)
     for agent in acted:  # every response ran to its cap
         assert row[f"truncated/{agent}"] == 1.0, agent
         assert row[f"response_tokens/{agent}"] == _cap(cfg, agent), agent

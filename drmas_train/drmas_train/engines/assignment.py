@@ -90,6 +90,16 @@ def resolve_engine(cfg: ModelsConfig, *, local: bool = True) -> None:
         cfg.gen_dtype = resolve_gen_dtype(cfg.gen_dtype, dtype=cfg.dtype, backend=cfg.backend, device_type=device_type)
 
 
+def load_tokenizer(path: str | Path) -> Any:
+    """The model folder's tokenizer; one without a pad token pads with its end-of-sequence token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_model(
     name: str, *, dtype: ModelDtype, device: torch.device, empty: bool = False
 ) -> tuple[torch.nn.Module, Any, Path]:
@@ -98,18 +108,16 @@ def load_model(
     `empty`: build the model with its parameters on the meta device, unread (`loading.empty_model`), for
     a learner that shards it and then reads its own shards (`learner.shard_load`).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     if tokenizer.chat_template is None:
         raise ValueError(f"model {name!r} ({path}) has no chat template; agents need one")
     if empty:
         model = empty_model(path, dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, path
 
 

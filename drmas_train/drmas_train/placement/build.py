@@ -77,9 +77,9 @@ def build_placed(
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    from transformers import AutoTokenizer
 
     from drmas_train.engines import resolve_backend
+    from drmas_train.engines.assignment import load_tokenizer
 
     if placement.mode == "none":
         raise ValueError("build_placed needs placement.mode shared or per_agent")
@@ -154,9 +154,7 @@ def build_placed(
         names = [labels[wname, rank] for rank in range(len(group))]
         generating = [r for r in range(len(group)) if generates(r, placement.rollout_ranks)]
         for pname, info in infos.items():
-            tokenizer = AutoTokenizer.from_pretrained(info["path"])
-            if tokenizer.pad_token_id is None:
-                tokenizer.pad_token = tokenizer.eos_token
+            tokenizer = load_tokenizer(info["path"])
             if pooled:
                 backend = RemoteBackend(engines[pname].actors, pname, tokenizer, engines[pname].labels)
             else:

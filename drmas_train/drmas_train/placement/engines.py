@@ -47,17 +47,13 @@ class EngineActor:
         lora_ranks: dict[str, int] | None = None,
         threads: int = 0,
     ):
-        from transformers import AutoTokenizer
-
-        from drmas_train.engines.assignment import make_backend
+        from drmas_train.engines.assignment import load_tokenizer, make_backend
 
         if threads > 0:
             import torch
 
             torch.set_num_threads(threads)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer = load_tokenizer(path)
         module = _load_module(models_cfg, path, adapters, lora_ranks or {}) if kind == "transformers" else None
         self.backend = make_backend(kind, module, tokenizer, Path(path), models_cfg, lora_rank=lora_rank)
         if kind == "transformers":
@@ -72,14 +68,10 @@ class EngineActor:
 
         The caller makes sure every engine already here stays resident (the module docstring says why).
         """
-        from transformers import AutoTokenizer
+        from drmas_train.engines.assignment import load_tokenizer, make_backend
 
-        from drmas_train.engines.assignment import make_backend
-
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.hosted.append(make_backend("vllm", None, tokenizer, Path(path), models_cfg, lora_rank=lora_rank))
+        backend = make_backend("vllm", None, load_tokenizer(path), Path(path), models_cfg, lora_rank=lora_rank)
+        self.hosted.append(backend)
         return len(self.hosted) - 1
 
     def call(self, method: str, *args: Any, engine: int = 0, **kwargs: Any) -> Any:
