@@ -155,6 +155,35 @@ def test_the_env_option_plays_a_two_hop_question_in_its_own_world():
     assert set(rewards.values()) == {1.0} and info["source"] == "world-two-hop"
 
 
+def test_retrieval_reward_pays_each_search_call_for_the_supporting_passages_it_finds_first():
+    env = drmas_envs.make("search-2agent", world="held-out", split="test", hops=[2], max_steps=4, retrieval_reward=0.25)
+    q = env.tasks[0]
+    env.reset(options={"task_index": 0})
+    for query in (q["entity"], q["entity"], q["bridge"]):  # the repeated search finds nothing new
+        env.step(f"<search>{query}</search>")
+    rewards, info = play(env, [("answer", "<answer>wrong</answer>")])
+    assert [(c["agent"], c["bonus"], c["reward"]) for c in info["calls"]] == [
+        ("search", 0.25, 0.25),
+        ("search", 0.0, 0.0),
+        ("search", 0.25, 0.25),
+        ("answer", 0.0, 0.0),
+    ]
+    assert rewards == {"search": 0.5, "answer": 0.0} and info["correct"] is False and info["team_reward"] == 0.0
+    plain = drmas_envs.make("search-2agent", world="held-out", split="test", hops=[2], max_steps=4)
+    plain.reset(options={"task_index": 0})
+    plain.step(f"<search>{q['entity']}</search>")
+    assert play(
+        plain,
+        [("search", "<search>x</search>"), ("search", "<search>y</search>"), ("answer", "<answer>wrong</answer>")],
+    )[0] == {
+        "search": 0.0,
+        "answer": 0.0,
+    }
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="retrieval_reward"):
+            drmas_envs.make("search-2agent", world="held-out", retrieval_reward=bad)
+
+
 def test_splits_and_clear_errors():
     assert len(heldout_questions("train", 2)) == 1800
     train = drmas_envs.make("search-1agent", world="held-out", train_worlds=2)

@@ -1,6 +1,7 @@
 """The PPO learner on a real tiny random Llama: log-probs, token-mean exactness, skipping, dual clip."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -117,6 +118,33 @@ def test_step_changes_weights_and_makes_the_rewarded_response_more_likely(model)
         after = {k: direct_logprobs(model, prompt, r).sum().item() for k, r in (("good", good), ("bad", bad))}
     assert after["good"] > before["good"] + 0.1
     assert after["bad"] < before["bad"] - 0.1
+
+
+def test_skip_zero_advantage_trains_only_nonzero_calls_to_the_same_update(model):
+    records = random_records(8, model.config.vocab_size, seed=7)
+    for r in records[::2]:
+        r.advantage = 0.0  # half the calls: a group whose rewards were all equal
+    scored: list[int] = []  # tokens the skipping learner's model scores
+    full, skip = copy.deepcopy(model), copy.deepcopy(model)
+    counted = skip.register_forward_hook(lambda mod, args, out: scored.append(out.logits.shape[1]))
+    cfg = {"lr": 1e-3, "micro_batch_size": 2, "forward": "plain"}
+    a = Learner(full, PPOConfig(**cfg)).update(records)
+    b = Learner(skip, PPOConfig(**cfg, skip_zero_advantage=True)).update(records)
+    trained = sum(len(r.response_ids) for r in records[1::2])
+    assert sum(scored) == trained == b["n_tokens"] and b["zero_adv_skipped"] == 4 and a["zero_adv_skipped"] == 0
+    assert b["n_opt_steps"] == 1 and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    for (n, p), q in zip(full.named_parameters(), skip.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=n)
+    # Every call at 0: no pass and no optimizer step (AdamW's momentum would otherwise move the weights).
+    w = snapshot(skip)
+    learner = Learner(skip, PPOConfig(**cfg, skip_zero_advantage=True))
+    zeros = learner.update([dataclasses.replace(r, advantage=0.0) for r in records])
+    assert zeros["grad_norm"] == 0 and zeros["zero_adv_skipped"] == 8 and sum(scored) == trained
+    assert all(torch.equal(p, w[n]) for n, p in skip.named_parameters())
+    # With an entropy term a zero-advantage call has a gradient: nothing is skipped.
+    counted.remove()
+    kept = Learner(copy.deepcopy(model), PPOConfig(**cfg, skip_zero_advantage=True, entropy_coef=0.01))
+    assert kept.update(records)["zero_adv_skipped"] == 0
 
 
 def test_non_finite_gradient_skips_the_step_and_keeps_weights(model):

@@ -5,7 +5,8 @@
     env = drmas_envs.make("search-2agent", dataset="q.jsonl", retriever="http://127.0.0.1:8000")
 
 Rewards: exact match (SQuAD-normalised, against any gold answer) to every agent at the end, minus
-`format_penalty` per malformed call of that agent. See docs/search.md.
+`format_penalty` per malformed call of that agent, plus `retrieval_reward` per supporting passage a
+search call finds first (0 by default). See docs/search.md.
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ class SearchConfig:
     entity (`drmas_envs.search.heldout`; sources per wording, see docs/search.md)."""
     train_worlds: int = 4
     """`world="held-out"`: how many worlds the train split draws its questions from."""
+    retrieval_reward: float = 0.0
+    """Added to a search call's reward for each passage it retrieves that the question's `supporting_titles`
+    name and no earlier search of the episode found: a shaping term for the searching agent alone (the Answer
+    agent and the Verifier keep exact match), so the Search agent has a signal while every answer is still
+    wrong, e.g. a small model's first two-hop searches. The outcome (a right answer) is unchanged. Questions
+    without `supporting_titles` (the generated worlds have them) earn none. 0 in the paper (EM only)."""
     max_query_chars: int = 512
     """Queries and answers are clipped to this many characters."""
     timeout: float = 30.0
@@ -149,6 +156,8 @@ class SearchConfig:
                 f"hops filters the generated world's questions; dataset {self.dataset!r} has no hop counts"
             )
         self._check_world()
+        if not 0 <= self.retrieval_reward < float("inf"):
+            raise ValueError(f"retrieval_reward must be a finite number >= 0, not {self.retrieval_reward!r}")
         if self.max_steps < 1 or self.topk < 1 or self.history_steps < 0 or self.retries < 0:
             raise ValueError("max_steps and topk must be at least 1, history_steps and retries at least 0")
 
@@ -283,6 +292,7 @@ def search_env(n_agents: int, **kwargs: Any) -> WorkflowEnv:
         require_think=cfg.require_think,
         malformed_answer=cfg.malformed_answer,
         verdict_parsing=cfg.verdict_parsing,
+        retrieval_reward=cfg.retrieval_reward,
     )
     templates = _prompts(cfg, n_agents, cls.roles)
     return WorkflowEnv(

@@ -58,6 +58,8 @@ class SearchStep:
     passages: tuple[Passage, ...] = ()
     unanswered: bool = False
     """The step was an Answer call without an `<answer>` tag (`malformed_answer="continue"`), not a search."""
+    call: int | None = None
+    """The index in `history` of the call that searched."""
 
 
 def render_information(passages: tuple[Passage, ...]) -> str:
@@ -84,6 +86,8 @@ class SearchWorkflow(Workflow):
         require_think: Search and Answer calls must hold exactly one `<think>...</think>`.
         malformed_answer: "end" or "continue": what an Answer call without an answer tag does.
         verdict_parsing: "strict" (the last tag, yes or no) or "reference" (see the module docstring).
+        retrieval_reward: added to a search call's reward per passage it retrieves that the task's
+            `supporting_titles` name and no earlier search found (`SearchConfig.retrieval_reward`).
 
     """
 
@@ -106,6 +110,7 @@ class SearchWorkflow(Workflow):
         require_think: bool = False,
         malformed_answer: MalformedAnswer = "end",
         verdict_parsing: VerdictParsing = "strict",
+        retrieval_reward: float = 0.0,
     ):
         super().__init__(task, prompts=prompts)
         self.retriever = retriever
@@ -114,6 +119,7 @@ class SearchWorkflow(Workflow):
         self.malformed_verdict = malformed_verdict
         self.verify_last_step, self.require_think = verify_last_step, require_think
         self.malformed_answer, self.verdict_parsing = malformed_answer, verdict_parsing
+        self.retrieval_reward = retrieval_reward
         self.searches: list[SearchStep] = []
         self.answer: str | None = None
         self.forced_answer = False
@@ -127,7 +133,7 @@ class SearchWorkflow(Workflow):
     def do_search(self, query: str | None) -> None:
         """Record one search step; a None query retrieves nothing."""
         passages = tuple(self.retriever.search([query], self.topk)[0]) if query else ()
-        self.searches.append(SearchStep(query, passages))
+        self.searches.append(SearchStep(query, passages, call=len(self.history) - 1))
 
     def render_history(self) -> str:
         """The last `history_steps` searches with their results."""
@@ -205,7 +211,21 @@ class SearchWorkflow(Workflow):
                 "queries": [s.query for s in self.searches if not s.unanswered],
                 "unanswered_steps": sum(s.unanswered for s in self.searches),
             },
+            call_bonus=self.retrieval_bonus(),
         )
+
+    def retrieval_bonus(self) -> tuple[float, ...]:
+        """Per call: `retrieval_reward` x the supporting passages its search found first (empty: none)."""
+        supporting = set(self.task.get("supporting_titles") or ())
+        if not self.retrieval_reward or not supporting:
+            return ()
+        bonus, found = [0.0] * len(self.history), set()
+        for step in self.searches:
+            new = {p.title for p in step.passages} & supporting - found
+            if step.call is not None and new:
+                bonus[step.call] += self.retrieval_reward * len(new)
+                found |= new
+        return tuple(bonus)
 
     def parse_answer_role(self, text: str) -> Parsed:
         found = parsing.first_action(text, ("answer",))

@@ -130,6 +130,15 @@ class PPOConfig:
     update and back to the host after it, so the engines have that memory while they generate, at the cost
     of two copies of the state per step (on a CPU-only machine each move is a copy). Works alone, replicated
     and under FSDP (each rank moves its shard). Reference (verl): `fsdp_config.optimizer_offload=True`."""
+    skip_zero_advantage: bool = False
+    """Leave calls whose advantage is 0 out of the forward and backward passes. With kl_coef and entropy_coef
+    at 0 such a call's tokens add nothing to the gradient (the PPO loss is the advantage times the ratio), so
+    the update is the same to float rounding while the loss denominators still count their tokens; the token
+    metrics (loss, entropy, clip_frac) then cover the trained calls only, and a mini-batch whose every call
+    is 0 takes no optimizer step (AdamW would otherwise still move the weights by its momentum and weight
+    decay). It saves the most when many groups hold one reward (GRPO gives all of them 0). Ignored under
+    FSDP (every rank must run the same passes) and when kl_coef or entropy_coef is above 0. Not in the
+    reference (verl trains every call)."""
     seed: int = 0
     """Seeds the mini-batch shuffle (only used when mini_batches > 1)."""
 

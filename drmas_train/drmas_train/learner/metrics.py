@@ -22,6 +22,8 @@ class UpdateMetrics:
         self.norms: list[float] = []
         self.group_norms: dict[str, float] = {}
         self.skipped = 0
+        self.skipped_calls = 0
+        """Calls left out of the passes for a zero advantage (`skip_zero_advantage`)."""
 
     def add_tokens(self, maskf, *, loss, pg, ent, kl, info, sampler_kl=None) -> None:
         """Add one micro-batch's per-token values ([B, R] each, `maskf` marking real tokens; None: not measured)."""
@@ -53,10 +55,11 @@ class UpdateMetrics:
         # A rank without micro-batches has no sums yet: reduce a fixed key list, with presence counts.
         keys = _METRIC_KEYS
         present = [float(k in self.sums) for k in keys]
-        totals = dp.sum([self.sums.get(k, 0.0) for k in keys] + present + [float(self.tokens)], device)
+        counts = [float(self.tokens), float(self.skipped_calls)]
+        totals = dp.sum([self.sums.get(k, 0.0) for k in keys] + present + counts, device)
         n = len(keys)
         self.sums = {k: totals[i] for i, k in enumerate(keys) if totals[n + i] > 0}
-        self.tokens = int(totals[-1])
+        self.tokens, self.skipped_calls = int(totals[-2]), int(totals[-1])
         self.ratio_max = dp.max(self.ratio_max, device)
 
     def result(self, *, n_samples: int) -> dict[str, float]:
@@ -71,4 +74,5 @@ class UpdateMetrics:
         out["ratio_max"] = self.ratio_max if self.tokens else 0.0
         out.update(n_tokens=float(self.tokens), n_samples=float(n_samples), n_opt_steps=float(len(self.norms)))
         out["skipped"] = float(self.skipped)
+        out["zero_adv_skipped"] = float(self.skipped_calls)
         return out

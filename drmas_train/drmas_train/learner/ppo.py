@@ -2,7 +2,8 @@
 
 Choices stated once:
 - Loss: PPO clipped ratio (1 - 0.2, 1 + 0.2) with dual clip c = 3 on negative advantages, including
-  tokens of zero-advantage calls. `loss_agg` "token_mean" (the default): a token-mean over every
+  tokens of zero-advantage calls (`skip_zero_advantage` leaves those calls out of the passes: the same
+  gradient while no KL or entropy term is on). `loss_agg` "token_mean" (the default): a token-mean over every
   response token of the update (mini-)batch, exact under gradient accumulation and data parallelism
   (each micro-batch's token-loss sum is divided by the token count of the whole mini-batch).
   "micro_token_mean" (verl, the reference's): each micro-batch's own token-mean, averaged over the
@@ -171,7 +172,8 @@ class Learner:
             named param groups, loss, pg_loss, entropy, kl (when on), clip_frac, dual_clip_frac,
             ratio_mean, ratio_max (token-weighted over the update), sampler_kl (with recomputed old
             log-probs: how far the engine's sampling distribution is from the learner's, per token),
-            n_tokens, n_samples, n_opt_steps, skipped (the number of skipped optimizer steps).
+            n_tokens, n_samples, n_opt_steps, skipped (the number of skipped optimizer steps),
+            zero_adv_skipped (calls left out for a zero advantage, `skip_zero_advantage`).
 
         """
         cfg = self.config
@@ -222,6 +224,7 @@ class Learner:
         """Accumulate the loss gradient of one mini-batch (`loss_agg`) over this rank's passes."""
         n_tokens = sum(len(records[i].response_ids) for chunk in mini.chunks for i in chunk)
         self.optimizer.zero_grad(set_to_none=True)
+        skip = self._skips_zero_advantage()
         self.strategy.begin()
         with self._casts_kept():
             for chunk, real in self.strategy.passes(mini.chunks):
@@ -231,8 +234,18 @@ class Learner:
                     chunk, real = next(c for c in mini.chunks if c), False
                 micro_tokens = sum(len(records[i].response_ids) for i in chunk)
                 denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, mini.n_micro)
+                if skip and real:  # the denominator above still counts the skipped calls' tokens
+                    trained = [i for i in chunk if records[i].advantage != 0]
+                    metrics.skipped_calls += len(chunk) - len(trained)
+                    if not (chunk := trained):
+                        continue
                 self._micro_step(records, chunk, old, denominator, metrics if real else None)
         self.strategy.finish(self.params)
+
+    def _skips_zero_advantage(self) -> bool:
+        """Whether zero-advantage calls can be left out of this update exactly (`skip_zero_advantage`)."""
+        cfg = self.config
+        return cfg.skip_zero_advantage and not self.sharded and cfg.kl_coef == 0 and cfg.entropy_coef == 0
 
     def _micro_step(self, records, chunk, old, denominator: float, metrics: UpdateMetrics | None) -> None:
         """Forward and backward of one micro-batch; `metrics` None: a zero-weight pass (no gradient, no metrics).
