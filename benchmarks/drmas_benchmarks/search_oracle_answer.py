@@ -1,0 +1,113 @@
+"""Can the Answer agent read? search-2agent on the held-out worlds with the Search agent scripted to the gold
+chain (or the model searching too) and a model answering: where EM stalls, this says whether reading fails.
+
+The scripted Search agent searches the question's entity, then (two-hop) the middle entity or (single-hop)
+the entity again, so with `topk: 2` the Answer agent sees every supporting passage; the model answers from
+the env's own prompt (`prompt_layout`, `open_tags`, as in training) through the project's vLLM engine in
+fp32. Reports EM per question source, greedy and sampled, and the share of Answer prompts that show every
+supporting passage (1 with the scripted Search agent; with `--search model`, how often the model's own
+searches found them).
+
+    .venv/bin/python -m drmas_benchmarks.search_oracle_answer --model HuggingFaceTB/SmolLM2-135M-Instruct \
+        [--search gold|model] [--n 64] [--k 4] [--split validation] [--json OUT.json]
+
+`--model` takes a Hugging Face id or a folder (`drmas-train export RUN --out DIR` makes one of a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+
+import drmas_envs
+from drmas_train.engines.base import SamplingParams
+from drmas_train.engines.resolve import resolve_model
+from drmas_train.engines.vllm_backend import VLLMBackend
+
+ENV = {"world": "held-out", "open_tags": True, "max_steps": 3, "topk": 2, "prompt_layout": "chain"}
+QUESTION = re.compile(r"Question: (.*?)\n")
+
+
+def scripted_search(tasks: dict[str, dict], user: str) -> str:
+    """The gold query for this step of the question in `user` (the env opened the `<search>` tag)."""
+    task = tasks[QUESTION.search(user).group(1)]
+    first = "<search>" not in user
+    query = task["entity"] if first else task.get("bridge", task["entity"])
+    return f"{query}</search>"
+
+
+def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: str, temperature: float, seed: int):
+    """The Answer agent (and with `search="model"` the Search agent) from the model; `shown` gets, per Answer
+    call, whether its prompt holds every supporting passage of the question."""
+    tok = engine.tokenizer
+
+    def generate(observations: list[dict], stop: str) -> list[str]:
+        params = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=24, stop=(stop,))
+        prompts = [
+            tok.apply_chat_template(
+                [{"role": "system", "content": o["system"]}, {"role": "user", "content": o["user"]}],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            + o["reply_prefix"]
+            for o in observations
+        ]
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return [g.text for g in engine.generate(ids, [params] * len(ids), seed=seed)]
+
+    def policy(agent: str, observations: list[dict]) -> list[str]:
+        if agent == "search":
+            if search == "gold":
+                return [scripted_search(tasks, o["user"]) for o in observations]
+            return generate(observations, "</search>")
+        for o in observations:
+            titles = tasks[QUESTION.search(o["user"]).group(1)]["supporting_titles"]
+            shown.append(all(f"(Title: {t})" in o["user"] for t in titles))
+        return generate(observations, "</answer>")
+
+    return policy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    ap.add_argument("--n", type=int, default=64, help="questions per hop count")
+    ap.add_argument("--k", type=int, default=4, help="sampled episodes per question (T 0.6, as validation)")
+    ap.add_argument("--split", default="validation")
+    ap.add_argument("--search", choices=("gold", "model"), default="gold", help="who searches: the script or the model")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    engine = VLLMBackend(resolve_model(args.model), dtype="float32")
+    out = {
+        "model": args.model,
+        "search": args.search,
+        "split": args.split,
+        "env": ENV,
+        "n_per_hop": args.n,
+        "k": args.k,
+    }
+    t0 = time.time()
+    for hops in (1, 2):
+        env_kwargs = {**ENV, "split": args.split, "hops": [hops]}
+        tasks = {t["question"]: t for t in drmas_envs.make("search-2agent", **env_kwargs).unwrapped.tasks}
+        for name, temp, k in (("greedy", 0.0, 1), ("sampled", 0.6, args.k)):
+            shown: list[bool] = []
+            policy = make_policy(engine, tasks, shown, search=args.search, temperature=temp, seed=0)
+            res = drmas_envs.evaluate(policy, "search-2agent", k=k, n_problems=args.n, **env_kwargs)
+            out[f"hops{hops}/{name}"] = {
+                "avg": res[f"avg@{k}"],
+                "supporting_shown": sum(shown) / max(1, len(shown)),
+                "by_source": res["by_source"],
+            }
+    out["seconds"] = round(time.time() - t0, 1)
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The reading check's scripted Search agent: it searches the gold chain, so every Answer prompt shows the
+question's supporting passages; with the model searching, the share says how often its searches found them."""
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import drmas_envs
+from drmas_benchmarks.search_oracle_answer import ENV, make_policy, scripted_search
+from drmas_train.engines.transformers_backend import TransformersBackend
+from drmas_train.testing.tiny import build_tiny_model
+
+
+def test_the_scripted_chain_shows_every_supporting_passage_and_the_model_is_measured(tmp_path):
+    folder = build_tiny_model(tmp_path / "tiny", arch="llama", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    engine = TransformersBackend(model, AutoTokenizer.from_pretrained(folder))
+    env_kwargs = {**ENV, "split": "validation", "hops": [2]}
+    tasks = {t["question"]: t for t in drmas_envs.make("search-2agent", **env_kwargs).unwrapped.tasks}
+    q = next(iter(tasks.values()))
+    assert scripted_search(tasks, f"Question: {q['question']}\n\n(no searches yet)") == f"{q['entity']}</search>"
+    later = f"Question: {q['question']}\n\nStep 1: <search>{q['entity']}</search>"
+    assert scripted_search(tasks, later) == f"{q['bridge']}</search>"
+    found = {}
+    for search in ("gold", "model"):
+        shown: list[bool] = []
+        policy = make_policy(engine, tasks, shown, search=search, temperature=0.0, seed=0)
+        drmas_envs.evaluate(policy, "search-2agent", k=1, n_problems=8, **env_kwargs)
+        assert len(shown) == 8
+        found[search] = sum(shown)
+    # Not every gold chain shows both passages: a middle entity's search can rank its confusable namesakes
+    # ("Port X", "History of X") above its own passage. Random weights find none.
+    assert found["gold"] >= 4 and found["model"] == 0, found
