@@ -24,20 +24,25 @@ ENV = {"world": "held-out", "split": "validation", "open_tags": True, "max_steps
 CLOSE = re.compile(r"</(search|answer|verify)>")
 
 
+def chat_texts(tok, observations: list[dict]) -> list[str]:
+    """Each observation as the chat template renders it, the env's reply prefix after the generation prompt."""
+    return [
+        tok.apply_chat_template(
+            [{"role": "system", "content": o["system"]}, {"role": "user", "content": o["user"]}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        + o["reply_prefix"]
+        for o in observations
+    ]
+
+
 def make_policy(tok, model, max_new_tokens: int, seen: list):
     """Greedy replies that continue the env's reply prefix and stop at the first closing tag."""
 
     @torch.no_grad()
     def policy(agent: str, observations: list[dict]) -> list[str]:
-        texts = [
-            tok.apply_chat_template(
-                [{"role": "system", "content": o["system"]}, {"role": "user", "content": o["user"]}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            + o["reply_prefix"]
-            for o in observations
-        ]
+        texts = chat_texts(tok, observations)
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
         outs = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)

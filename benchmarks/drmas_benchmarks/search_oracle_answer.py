@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import drmas_envs
+from drmas_benchmarks.search_chain_smollm2 import chat_texts
 from drmas_train.engines.base import SamplingParams
 from drmas_train.engines.resolve import resolve_model
 from drmas_train.engines.vllm_backend import VLLMBackend
@@ -46,16 +47,7 @@ def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: st
 
     def generate(observations: list[dict], stop: str) -> list[str]:
         params = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=24, stop=(stop,))
-        prompts = [
-            tok.apply_chat_template(
-                [{"role": "system", "content": o["system"]}, {"role": "user", "content": o["user"]}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            + o["reply_prefix"]
-            for o in observations
-        ]
-        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in chat_texts(tok, observations)]
         return [g.text for g in engine.generate(ids, [params] * len(ids), seed=seed)]
 
     def policy(agent: str, observations: list[dict]) -> list[str]:
