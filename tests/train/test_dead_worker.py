@@ -20,6 +20,7 @@ actor: vLLM cannot run the tests' tiny model.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,7 +121,9 @@ def test_a_killed_worker_ends_the_run_naming_it_and_resume_loses_nothing(local_r
     first = _checkpoint(run)
     (line,) = _error_lines(stderr)
     assert f"during step {first + 1}: pool 'shared' rank 1 (pid " in line
-    assert "the learner of model 'shared', in update()" in line
+    # The kill lands while rank 1 waits in the step's update, or, when that update was already done, in the
+    # step's last call (its memory peaks): the step is still unfinished either way.
+    assert re.search(r"rank 1 \(pid \d+\)(, the learner of model 'shared', in update\(\)| in memory\(\));", line), line
     assert line.endswith(f"the last complete checkpoint is step {first}: continue with --resume")
     before = _rows(run)
     assert list(before) == list(range(1, first + 1))  # the failed step wrote no row
