@@ -18,25 +18,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 
 import drmas_envs
 from drmas_benchmarks.search_chain_smollm2 import chat_texts
+from drmas_benchmarks.search_policies import read_observation
 from drmas_train.engines.base import SamplingParams
 from drmas_train.engines.resolve import resolve_model
 from drmas_train.engines.vllm_backend import VLLMBackend
 
 ENV = {"world": "held-out", "open_tags": True, "max_steps": 3, "topk": 2, "prompt_layout": "chain"}
-QUESTION = re.compile(r"Question: (.*?)\n")
 
 
 def scripted_search(tasks: dict[str, dict], user: str) -> str:
     """The gold query for this step of the question in `user` (the env opened the `<search>` tag)."""
-    task = tasks[QUESTION.search(user).group(1)]
-    first = "<search>" not in user
-    query = task["entity"] if first else task.get("bridge", task["entity"])
+    question, steps = read_observation(user)
+    task = tasks[question]
+    query = task["entity"] if not steps else task.get("bridge", task["entity"])
     return f"{query}</search>"
 
 
@@ -56,8 +55,9 @@ def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: st
                 return [scripted_search(tasks, o["user"]) for o in observations]
             return generate(observations, "</search>")
         for o in observations:
-            titles = tasks[QUESTION.search(o["user"]).group(1)]["supporting_titles"]
-            shown.append(all(f"(Title: {t})" in o["user"] for t in titles))
+            question, steps = read_observation(o["user"])
+            seen = {title for docs in steps for title, _ in docs}
+            shown.append(set(tasks[question]["supporting_titles"]) <= seen)
         return generate(observations, "</answer>")
 
     return policy

@@ -16,8 +16,10 @@ def test_the_scripted_chain_shows_every_supporting_passage_and_the_model_is_meas
     env_kwargs = {**ENV, "split": "validation", "hops": [2]}
     tasks = {t["question"]: t for t in drmas_envs.make("search-2agent", **env_kwargs).unwrapped.tasks}
     q = next(iter(tasks.values()))
-    assert scripted_search(tasks, f"Question: {q['question']}\n\n(no searches yet)") == f"{q['entity']}</search>"
-    later = f"Question: {q['question']}\n\nStep 1: <search>{q['entity']}</search>"
+    first = f"Question: {q['question']}\n\nSearch history:\n(no searches yet)\n\nWrite the next search query."
+    assert scripted_search(tasks, first) == f"{q['entity']}</search>"
+    step = f"Step 1: <search>{q['entity']}</search>\n<information>Doc 1(Title: T) x</information>"
+    later = first.replace("(no searches yet)", step)
     assert scripted_search(tasks, later) == f"{q['bridge']}</search>"
     found = {}
     for search in ("gold", "model"):

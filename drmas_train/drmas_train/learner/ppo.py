@@ -234,7 +234,7 @@ class Learner:
                     chunk, real = next(c for c in mini.chunks if c), False
                 micro_tokens = sum(len(records[i].response_ids) for i in chunk)
                 denominator = loss_denominator(self.config.loss_agg, micro_tokens, n_tokens, mini.n_micro)
-                if skip and real:  # the denominator above still counts the skipped calls' tokens
+                if skip:  # the denominator above still counts the skipped calls' tokens
                     trained = [i for i in chunk if records[i].advantage != 0]
                     metrics.skipped_calls += len(chunk) - len(trained)
                     if not (chunk := trained):
