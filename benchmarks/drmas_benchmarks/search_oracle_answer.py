@@ -9,7 +9,7 @@ supporting passage (1 with the scripted Search agent; with `--search model`, how
 searches found them).
 
     .venv/bin/python -m drmas_benchmarks.search_oracle_answer --model HuggingFaceTB/SmolLM2-135M-Instruct \
-        [--search gold|model] [--n 64] [--k 4] [--split validation] [--json OUT.json]
+        [--search gold|model] [--n 64] [--k 4] [--split validation] [--prompts-file P.json] [--json OUT.json]
 
 `--model` takes a Hugging Face id or a folder (`drmas-train export RUN --out DIR` makes one of a run).
 """
@@ -63,16 +63,53 @@ def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: st
     return policy
 
 
+def measure(
+    engine, *, n: int, k: int, split: str = "validation", search: str = "gold", prompts_file: str | None = None
+) -> dict:
+    """EM and the share of Answer prompts showing every supporting passage, per hop count, greedy and (k > 0)
+    sampled at T 0.6; each entry also keeps the first Answer prompt the model saw."""
+    out = {}
+    for hops in (1, 2):
+        env_kwargs = {**ENV, "split": split, "hops": [hops]}
+        if prompts_file:
+            env_kwargs["prompts_file"] = prompts_file
+        tasks = {t["question"]: t for t in drmas_envs.make("search-2agent", **env_kwargs).unwrapped.tasks}
+        for name, temp, n_samples in (("greedy", 0.0, 1), ("sampled", 0.6, k))[: 2 if k else 1]:
+            shown: list[bool] = []
+            seen: list[dict] = []
+            inner = make_policy(engine, tasks, shown, search=search, temperature=temp, seed=0)
+
+            def policy(agent: str, observations: list[dict], inner=inner, seen=seen) -> list[str]:
+                if agent == "answer" and not seen:
+                    seen.append(observations[0])
+                return inner(agent, observations)
+
+            res = drmas_envs.evaluate(policy, "search-2agent", k=n_samples, n_problems=n, **env_kwargs)
+            out[f"hops{hops}/{name}"] = {
+                "avg": res[f"avg@{n_samples}"],
+                "supporting_shown": sum(shown) / max(1, len(shown)),
+                "by_source": res["by_source"],
+                "first_answer_prompt": seen[0] if seen else None,
+            }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     ap.add_argument("--n", type=int, default=64, help="questions per hop count")
-    ap.add_argument("--k", type=int, default=4, help="sampled episodes per question (T 0.6, as validation)")
+    ap.add_argument("--k", type=int, default=4, help="sampled episodes per question (T 0.6); 0: greedy only")
     ap.add_argument("--split", default="validation")
     ap.add_argument("--search", choices=("gold", "model"), default="gold", help="who searches: the script or the model")
+    ap.add_argument(
+        "--prompts-file",
+        help="the env's prompts_file (per-role templates) to measure instead of the layout's; the Answer user "
+        "template must still open with 'Question: {question}\\n\\nSearch history:' (the script reads it)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     engine = VLLMBackend(resolve_model(args.model), dtype="float32")
+    t0 = time.time()
     out = {
         "model": args.model,
         "search": args.search,
@@ -80,20 +117,9 @@ def main() -> None:
         "env": ENV,
         "n_per_hop": args.n,
         "k": args.k,
+        "prompts_file": args.prompts_file,
+        **measure(engine, n=args.n, k=args.k, split=args.split, search=args.search, prompts_file=args.prompts_file),
     }
-    t0 = time.time()
-    for hops in (1, 2):
-        env_kwargs = {**ENV, "split": args.split, "hops": [hops]}
-        tasks = {t["question"]: t for t in drmas_envs.make("search-2agent", **env_kwargs).unwrapped.tasks}
-        for name, temp, k in (("greedy", 0.0, 1), ("sampled", 0.6, args.k)):
-            shown: list[bool] = []
-            policy = make_policy(engine, tasks, shown, search=args.search, temperature=temp, seed=0)
-            res = drmas_envs.evaluate(policy, "search-2agent", k=k, n_problems=args.n, **env_kwargs)
-            out[f"hops{hops}/{name}"] = {
-                "avg": res[f"avg@{k}"],
-                "supporting_shown": sum(shown) / max(1, len(shown)),
-                "by_source": res["by_source"],
-            }
     out["seconds"] = round(time.time() - t0, 1)
     text = json.dumps(out, indent=1)
     print(text)
