@@ -49,4 +49,3 @@ def test_a_prompts_file_is_what_the_answer_agent_reads_and_k_0_measures_greedy_o
     for entry in out.values():
         shown = entry["first_answer_prompt"]
         assert shown["system"] == system and "Question again: " in shown["user"]
-        assert entry["supporting_shown"] >= 0 and 0.0 <= entry["avg"] <= 1.0
