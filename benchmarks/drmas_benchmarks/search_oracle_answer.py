@@ -39,9 +39,19 @@ def scripted_search(tasks: dict[str, dict], user: str) -> str:
     return f"{query}</search>"
 
 
-def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: str, temperature: float, seed: int):
+def make_policy(
+    engine,
+    tasks: dict[str, dict],
+    shown: list[bool],
+    *,
+    search: str,
+    temperature: float,
+    seed: int,
+    first_prompt: list[dict] | None = None,
+):
     """The Answer agent (and with `search="model"` the Search agent) from the model; `shown` gets, per Answer
-    call, whether its prompt holds every supporting passage of the question."""
+    call, whether its prompt holds every supporting passage of the question; `first_prompt`, if given, the
+    first Answer observation."""
     tok = engine.tokenizer
 
     def generate(observations: list[dict], stop: str) -> list[str]:
@@ -54,6 +64,8 @@ def make_policy(engine, tasks: dict[str, dict], shown: list[bool], *, search: st
             if search == "gold":
                 return [scripted_search(tasks, o["user"]) for o in observations]
             return generate(observations, "</search>")
+        if first_prompt is not None and not first_prompt:
+            first_prompt.append(observations[0])
         for o in observations:
             question, steps = read_observation(o["user"])
             seen = {title for docs in steps for title, _ in docs}
@@ -77,13 +89,7 @@ def measure(
         for name, temp, n_samples in (("greedy", 0.0, 1), ("sampled", 0.6, k))[: 2 if k else 1]:
             shown: list[bool] = []
             seen: list[dict] = []
-            inner = make_policy(engine, tasks, shown, search=search, temperature=temp, seed=0)
-
-            def policy(agent: str, observations: list[dict], inner=inner, seen=seen) -> list[str]:
-                if agent == "answer" and not seen:
-                    seen.append(observations[0])
-                return inner(agent, observations)
-
+            policy = make_policy(engine, tasks, shown, search=search, temperature=temp, seed=0, first_prompt=seen)
             res = drmas_envs.evaluate(policy, "search-2agent", k=n_samples, n_problems=n, **env_kwargs)
             out[f"hops{hops}/{name}"] = {
                 "avg": res[f"avg@{n_samples}"],
